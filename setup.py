@@ -1,0 +1,25 @@
+"""Installation script of the isaaclab_torchrl extension."""
+
+import os
+
+import tomllib
+from setuptools import find_packages, setup
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", "extension.toml"), "rb") as file:
+    EXTENSION_TOML = tomllib.load(file)
+
+setup(
+    name="isaaclab_torchrl",
+    version=EXTENSION_TOML["package"]["version"],
+    description=EXTENSION_TOML["package"]["description"],
+    keywords=EXTENSION_TOML["package"]["keywords"],
+    license="BSD-3-Clause",
+    python_requires="==3.12.*",
+    package_dir={"": "source"},
+    packages=find_packages("source"),
+    include_package_data=True,
+    package_data={"isaaclab_torchrl": ["offline_assets/**/*", "offline_assets/*"]},
+    install_requires=["isaaclab==3.0.0", "torchrl>=0.14.1,<0.15", "tensordict>=0.14,<0.15", "tensorboard"],
+    extras_require={"test": ["pytest", "onnx", "onnxruntime"]},
+    zip_safe=False,
+)

@@ -1,0 +1,91 @@
+"""Configuration classes of the TorchRL recurrent PPO runner.
+
+They follow the layout of rsl_rl's ``RslRlOnPolicyRunnerCfg`` so that a config ports field by field, and
+they are Isaac Lab ``@configclass`` dataclasses, so every field can be overridden from the command line
+(``agent.algorithm.learning_rate=3e-4``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING
+
+from isaaclab.utils import configclass
+
+
+@configclass
+class TorchRLPolicyCfg:
+    """Actor and critic networks."""
+
+    rnn_type: str | None = None
+    """Recurrent layer in front of the MLPs: ``"lstm"``, ``"gru"`` or ``None`` for a plain MLP policy."""
+    rnn_hidden_size: int = 256
+    rnn_num_layers: int = 1
+    share_rnn: bool = False
+    """Whether actor and critic read the features of one shared recurrent layer (else each has its own)."""
+    actor_hidden_dims: list[int] = MISSING
+    critic_hidden_dims: list[int] = MISSING
+    activation: str = "elu"
+    """Name of a :mod:`torch.nn` activation, case-insensitive (``elu``, ``relu``, ``tanh``, ...)."""
+    init_noise_std: float = 1.0
+    """Initial standard deviation of the state-independent Gaussian action noise."""
+
+
+@configclass
+class TorchRLPpoCfg:
+    """PPO with clipped objective, adaptive-KL learning rate and GAE."""
+
+    num_learning_epochs: int = MISSING
+    num_mini_batches: int = MISSING
+    """Minibatches per epoch; each holds whole per-environment trajectory slices of ``num_steps_per_env`` steps."""
+    clip_param: float = 0.2
+    use_clipped_value_loss: bool = True
+    entropy_coef: float = 0.0
+    value_loss_coef: float = 1.0
+    learning_rate: float = MISSING
+    schedule: str = "adaptive"
+    """``"adaptive"`` (rsl_rl's KL-driven learning rate) or ``"fixed"``."""
+    desired_kl: float = 0.01
+    max_grad_norm: float = 1.0
+    gamma: float = 0.99
+    lam: float = 0.95
+    normalize_advantage: bool = True
+    """Standardise advantages over the whole batch (rsl_rl's default)."""
+
+
+@configclass
+class TorchRLCollectorCfg:
+    """Subprocess data collection with torchrl's multi-process collectors."""
+
+    num_collectors: int = 1
+    """Collector subprocesses; each owns one Isaac Lab simulation with ``num_envs / num_collectors`` envs."""
+    sync: bool = True
+    """``True``: :class:`MultiSyncCollector` (on-policy). ``False``: :class:`MultiAsyncCollector`, the workers
+    collect the next rollout while the learner updates (one policy version of lag)."""
+    compact_obs: bool = True
+    """Drop the ``("next", obs)`` mirrors of the root observations from the collected batches."""
+    storing_device: str | None = None
+    """Device the batches are stored on; ``None`` keeps them on the simulation device."""
+    recurrent_backend: str = "pad"
+    """Backend of the recurrent layers in training mode: ``"pad"`` (cuDNN), ``"scan"`` or ``"triton"``."""
+
+
+@configclass
+class TorchRLRunnerCfg:
+    """Top-level runner configuration."""
+
+    seed: int = 42
+    device: str = "cuda:0"
+    """Device of the simulation and of the collection-time policy (overridden by ``--device``)."""
+    train_device: str | None = None
+    """Device of the learner; ``None`` uses :attr:`device`."""
+    num_steps_per_env: int = MISSING
+    max_iterations: int = MISSING
+    save_interval: int = 50
+    experiment_name: str = MISSING
+    run_name: str = ""
+    logger: str = "tensorboard"
+    clip_actions: float | None = None
+    """Clipping range of the actions sent to the environment; ``None`` disables it."""
+    policy: TorchRLPolicyCfg = MISSING
+    algorithm: TorchRLPpoCfg = MISSING
+    collector: TorchRLCollectorCfg = TorchRLCollectorCfg()

@@ -1,0 +1,182 @@
+"""Isaac Lab environments for torchrl collectors: a picklable factory that builds the simulation inside a
+collector subprocess, and the torchrl wrapper the runner trains on."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Composite, Unbounded
+from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
+from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
+
+from .models import EnvInterface
+
+FINAL_OBS_KEY = "final_obs"
+"""Sub-tensordict of ``"next"`` with the true next observation of the critic's input (see :class:`IsaacLabEnv`)."""
+EPISODE_LOG_KEY = "episode_log"
+"""Sub-tensordict of ``"next"`` with Isaac Lab's ``extras["log"]`` terms at the steps where episodes ended."""
+
+
+class IsaacLabEnv(IsaacLabTorchRLWrapper):
+    """Isaac Lab's torchrl wrapper (observation groups as keys, true final observations on done steps) plus:
+
+    * ``("next", "final_obs", <critic key>)`` repeats the critic's next observation. ``compact_obs=True``
+      drops ``("next", <obs>)`` from the collected batches, but a time-out's final observation and the
+      observation after the rollout's last step cannot be recovered from the root observations, and GAE
+      needs both to bootstrap with V(s_T). The entry is declared in the reward spec, the spec of per-step
+      outputs that are neither dropped by ``compact_obs`` nor carried to the next step by ``step_mdp``.
+    * ``("next", "episode_log", <name>)`` carries Isaac Lab's ``extras["log"]`` terms (``Episode_Reward/*``,
+      ``Episode_Termination/*``, ``Curriculum/*``, ...) out of the worker: the value on the rows of the
+      environments that were reset at that step, NaN elsewhere, so a NaN-mean gives the per-episode mean.
+    """
+
+    def __init__(self, env, clip_actions: float | None, critic_obs_key: str):
+        super().__init__(env, clip_actions=clip_actions)
+        self.critic_obs_key = critic_obs_key
+        # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets)
+        self.env.reset()
+        self.log_names = sorted(self.unwrapped.extras.get("log", {}).keys())
+        rewards = self.full_reward_spec.clone()
+        rewards[FINAL_OBS_KEY] = Composite(
+            {critic_obs_key: self.observation_spec[critic_obs_key].clone()}, shape=self.batch_size
+        )
+        if self.log_names:
+            rewards[EPISODE_LOG_KEY] = Composite(
+                {name: Unbounded((*self.batch_size, 1), device=self.device) for name in self.log_names},
+                shape=self.batch_size,
+            )
+        self.full_reward_spec = rewards
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        out = super()._step(tensordict)
+        out[FINAL_OBS_KEY] = TensorDict({self.critic_obs_key: out[self.critic_obs_key]}, batch_size=self.batch_size)
+        if self.log_names:
+            out[EPISODE_LOG_KEY] = self._episode_log(out["done"])
+        return out
+
+    def _episode_log(self, done: torch.Tensor) -> TensorDict:
+        log = self.unwrapped.extras.get("log", {}) if bool(done.any()) else {}
+        values = {}
+        for name in self.log_names:
+            value = torch.as_tensor(log.get(name, torch.nan), dtype=torch.float32, device=self.device)
+            values[name] = torch.where(done, value.reshape(()), torch.nan)
+        return TensorDict(values, batch_size=self.batch_size)
+
+
+def critic_obs_key(groups) -> str:
+    """The observation group the critic reads: ``critic`` when the task defines it, else ``policy``."""
+    return "critic" if "critic" in groups else "policy"
+
+
+class IsaacLabEnvFactory:
+    """Builds one Isaac Lab environment, wrapped for torchrl, inside the calling process.
+
+    It is what the collectors' ``create_env_fn`` receives: it pickles into the collector subprocesses,
+    starts the simulation runtime there (nothing for kitless Newton; Kit when the config needs it) and keeps
+    it alive with the environment.
+
+    Args:
+        task: Gym id of the task.
+        env_cfg: The resolved environment config (Hydra overrides and presets applied).
+        launcher_args: Isaac Lab launcher arguments (``--viz``, ``--device``, ...), as a dict.
+        num_envs: Environments simulated by this factory's environment.
+        seed: Seed of this environment.
+        clip_actions: Action clipping range, or ``None``.
+    """
+
+    def __init__(self, task: str, env_cfg: Any, launcher_args: dict, num_envs: int, seed: int, clip_actions=None):
+        self.task = task
+        self.env_cfg = env_cfg
+        self.launcher_args = launcher_args
+        self.num_envs = num_envs
+        self.seed = seed
+        self.clip_actions = clip_actions
+
+    def __call__(self) -> TransformedEnv:
+        import gymnasium as gym
+        import isaaclab_tasks  # noqa: F401  (registers the tasks in this process)
+        from isaaclab.app import launch_simulation
+
+        env_cfg = self.env_cfg
+        env_cfg.scene.num_envs = self.num_envs
+        env_cfg.seed = self.seed
+        # Isaac Lab then returns the true final observation of done environments in extras["final_obs"]
+        env_cfg.compute_final_obs = True
+        simulation = launch_simulation(env_cfg, dict(self.launcher_args))
+        simulation.__enter__()
+        env = gym.make(self.task, cfg=env_cfg)
+        spec = env.unwrapped.single_observation_space
+        _check_observation_groups(spec)
+        wrapped = IsaacLabEnv(env, clip_actions=self.clip_actions, critic_obs_key=critic_obs_key(spec.spaces))
+        # the runtime closes when the environment is garbage-collected with it
+        wrapped._simulation = simulation
+        return TransformedEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
+
+
+def _check_observation_groups(space) -> None:
+    import gymnasium as gym
+
+    if "policy" not in space.spaces:
+        raise ValueError(f"The task has no 'policy' observation group (groups: {sorted(space.spaces)}).")
+    for name, group in space.spaces.items():
+        if name not in ("policy", "critic"):
+            continue
+        if not isinstance(group, gym.spaces.Box) or len(group.shape) != 1:
+            raise ValueError(
+                f"Observation group {name!r} is {group}; the torchrl runner supports flat vector groups only "
+                "(set concatenate_terms=True for the group; image observations are not supported yet)."
+            )
+
+
+def env_interface(env) -> EnvInterface:
+    """Reads observation and action sizes from a wrapped environment."""
+    obs_spec = env.observation_spec
+    critic_key = critic_obs_key(obs_spec.keys())
+    return EnvInterface(
+        actor_obs_key="policy",
+        actor_obs_dim=int(obs_spec["policy"].shape[-1]),
+        critic_obs_key=critic_key,
+        critic_obs_dim=int(obs_spec[critic_key].shape[-1]),
+        action_dim=int(env.action_spec.shape[-1]),
+    )
+
+
+def _probe(factory: IsaacLabEnvFactory, queue) -> None:
+    try:
+        env = factory()
+        queue.put(("ok", env_interface(env)))
+        env.close()
+    except BaseException as exc:  # reported to the parent, which raises it
+        import traceback
+
+        queue.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> EnvInterface:
+    """Creates the environment once in a short-lived subprocess (with one env) and returns its sizes.
+
+    The training process itself never starts a simulation: the learner must know the network sizes before
+    the collector workers start, and this is where it learns them.
+    """
+    probe = IsaacLabEnvFactory(
+        factory.task, factory.env_cfg, factory.launcher_args, num_envs=1, seed=factory.seed, clip_actions=None
+    )
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    process = ctx.Process(target=_probe, args=(probe, queue), daemon=True)
+    process.start()
+    try:
+        status, payload = queue.get(timeout=timeout)
+    except Exception as exc:
+        raise RuntimeError(f"The environment probe process gave no answer (exit code {process.exitcode}).") from exc
+    finally:
+        process.join(timeout=30)
+        with contextlib.suppress(Exception):
+            process.kill()
+    if status != "ok":
+        raise RuntimeError(f"Creating the environment {factory.task!r} failed in the probe process:\n{payload}")
+    return payload

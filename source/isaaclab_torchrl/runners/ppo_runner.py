@@ -1,0 +1,281 @@
+"""Recurrent PPO over torchrl multi-process collectors that run Isaac Lab in their subprocesses."""
+
+from __future__ import annotations
+
+import collections
+import os
+import statistics
+import time
+
+import torch
+from tensordict import TensorDictBase
+from torch.utils.tensorboard import SummaryWriter
+from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
+from torchrl.modules import set_recurrent_mode
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.value import GAE
+from torchrl.weight_update import MultiProcessWeightSyncScheme
+
+from ..agents.torchrl_cfg import TorchRLRunnerCfg
+from ..envs import EPISODE_LOG_KEY, FINAL_OBS_KEY, IsaacLabEnvFactory
+from ..models import CollectionPolicyFactory, EnvInterface, make_collection_policy, make_models
+from .checkpoint import save_checkpoint
+
+
+class TorchRLRunner:
+    """Trains a (recurrent) PPO agent on Isaac Lab environments that live only in collector subprocesses.
+
+    Args:
+        env_factories: One factory per collector subprocess.
+        interface: Observation and action sizes, read from a worker's environment.
+        cfg: The runner configuration.
+        log_dir: Run folder for TensorBoard events and checkpoints; ``None`` disables both.
+    """
+
+    def __init__(
+        self,
+        env_factories: list[IsaacLabEnvFactory],
+        interface: EnvInterface,
+        cfg: TorchRLRunnerCfg,
+        log_dir: str | None,
+    ):
+        self.cfg = cfg
+        self.env_factories = env_factories
+        self.interface = interface
+        self.log_dir = log_dir
+        self.device = torch.device(cfg.device)
+        self.train_device = torch.device(cfg.train_device or cfg.device)
+        self.num_envs = sum(factory.num_envs for factory in env_factories)
+        torch.manual_seed(cfg.seed)
+
+        self.actor, self.critic = make_models(
+            cfg.policy, interface, self.train_device, recurrent_backend=cfg.collector.recurrent_backend
+        )
+        self.collection_policy = make_collection_policy(self.actor, self.critic, cfg.policy)
+        algo = cfg.algorithm
+        self.loss = ClipPPOLoss(
+            self.actor,
+            self.critic,
+            clip_epsilon=algo.clip_param,
+            entropy_coeff=algo.entropy_coef,
+            critic_coeff=algo.value_loss_coef,
+            loss_critic_type="l2",
+            clip_value=algo.clip_param if algo.use_clipped_value_loss else None,
+            normalize_advantage=False,
+        )
+        # shifted=True runs the (recurrent) critic once over [obs_0 .. obs_T-1, obs_T] per trajectory slice
+        self.gae = GAE(gamma=algo.gamma, lmbda=algo.lam, value_network=self.critic, average_gae=False, shifted=True)
+        self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=algo.learning_rate)
+        self.learning_rate = algo.learning_rate
+        self.iteration = 0
+        self.policy_version = 0
+        self.collector = None
+        self.writer = None
+        self.episode_returns = collections.deque(maxlen=100)
+        self.episode_lengths = collections.deque(maxlen=100)
+
+    """
+    Training.
+    """
+
+    def learn(self, num_iterations: int | None = None) -> None:
+        """Collects and trains for ``num_iterations`` iterations (default: ``cfg.max_iterations``)."""
+        num_iterations = self.cfg.max_iterations if num_iterations is None else num_iterations
+        if self.log_dir is not None and self.writer is None:
+            self.writer = SummaryWriter(log_dir=self.log_dir, flush_secs=10)
+        self.collector = self._make_collector()
+        start_iteration = self.iteration
+        end_iteration = start_iteration + num_iterations
+        start_time = time.perf_counter()
+        try:
+            batches = iter(self.collector)
+            while self.iteration < end_iteration:
+                collect_start = time.perf_counter()
+                batch = next(batches)
+                collect_time = time.perf_counter() - collect_start
+                learn_start = time.perf_counter()
+                stats = self.update(batch)
+                self.policy_version += 1
+                self.collector.update_policy_weights_()
+                learn_time = time.perf_counter() - learn_start
+                self.iteration += 1
+                stats.update(self._episode_stats(batch))
+                stats["policy_lag"] = float(self.policy_version - 1 - batch["policy_version"].float().mean())
+                self._log(stats, batch.numel(), collect_time, learn_time, start_time, start_iteration, end_iteration)
+                if self.log_dir is not None and (
+                    self.iteration % self.cfg.save_interval == 0 or self.iteration == end_iteration
+                ):
+                    self.save(os.path.join(self.log_dir, f"model_{self.iteration}.pt"))
+        finally:
+            self.close()
+
+    def update(self, batch: TensorDictBase) -> dict[str, float]:
+        """One PPO update (GAE, then epochs of minibatches of whole trajectory slices) on a collected batch."""
+        algo = self.cfg.algorithm
+        batch = self._prepare_batch(batch)
+        with torch.no_grad(), set_recurrent_mode(True):
+            self.gae.shifted_budget = self._shifted_budget(batch)
+            self.gae(batch)
+        if algo.normalize_advantage:
+            advantage = batch["advantage"]
+            valid = batch["shifted_valid"].unsqueeze(-1).expand_as(advantage)
+            mean, std = advantage[valid].mean(), advantage[valid].std()
+            batch["advantage"] = (advantage - mean) / (std + 1e-8)
+
+        num_slices = batch.shape[0]
+        if algo.num_mini_batches > num_slices:
+            raise ValueError(
+                f"agent.algorithm.num_mini_batches={algo.num_mini_batches} exceeds the {num_slices} trajectory "
+                "slices (environments) of a batch."
+            )
+        sums = collections.defaultdict(float)
+        num_updates = 0
+        for _ in range(algo.num_learning_epochs):
+            for indices in torch.randperm(num_slices, device=batch.device).chunk(algo.num_mini_batches):
+                minibatch = batch[indices]
+                with set_recurrent_mode(True):
+                    losses = self.loss(minibatch)
+                loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), algo.max_grad_norm)
+                kl = losses["kl_approx"].detach()
+                self._adapt_learning_rate(float(kl))
+                self.optimizer.step()
+                for key, value in (
+                    ("surrogate", losses["loss_objective"]),
+                    ("value_function", losses["loss_critic"]),
+                    ("entropy", losses["entropy"]),
+                    ("kl", kl),
+                    ("grad_norm", grad_norm),
+                ):
+                    sums[key] += float(value.detach())
+                num_updates += 1
+        return {key: value / num_updates for key, value in sums.items()}
+
+    def _prepare_batch(self, batch: TensorDictBase) -> TensorDictBase:
+        """Moves a collected batch to the learner and lays it out as [trajectory slice, time]."""
+        batch = batch.to(self.train_device).reshape(-1, batch.shape[-1])
+        batch.names = [None, "time"]
+        # the true next observations of the critic (compact_obs dropped the ("next", obs) copies)
+        key = self.interface.critic_obs_key
+        batch["next", key] = batch["next", FINAL_OBS_KEY, key]
+        return batch
+
+    @staticmethod
+    def _shifted_budget(batch: TensorDictBase) -> int:
+        """Extra value-network slots so that no sample is displaced: one per time-out inside a slice, plus one."""
+        next_td = batch["next"]
+        time_outs = (next_td["done"] & ~next_td["terminated"]).squeeze(-1)[:, :-1]
+        return int(time_outs.sum(-1).max()) + 1
+
+    def _adapt_learning_rate(self, kl: float) -> None:
+        """rsl_rl's adaptive schedule: shrink the learning rate when the policy moved too far, grow it otherwise."""
+        algo = self.cfg.algorithm
+        if algo.schedule != "adaptive":
+            return
+        if kl > algo.desired_kl * 2.0:
+            self.learning_rate = max(1e-5, self.learning_rate / 1.5)
+        elif 0.0 < kl < algo.desired_kl / 2.0:
+            self.learning_rate = min(1e-2, self.learning_rate * 1.5)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate
+
+    """
+    Collection.
+    """
+
+    def _make_collector(self):
+        cfg = self.cfg
+        collector_class = MultiSyncCollector if cfg.collector.sync else MultiAsyncCollector
+        frames_per_worker = [factory.num_envs * cfg.num_steps_per_env for factory in self.env_factories]
+        kwargs = {"cat_results": "stack"} if cfg.collector.sync else {}
+        return collector_class(
+            create_env_fn=self.env_factories,
+            policy=self.collection_policy,
+            policy_factory=CollectionPolicyFactory(cfg.policy, self.interface, cfg.device),
+            weight_sync_schemes={"policy": MultiProcessWeightSyncScheme()},
+            frames_per_batch=sum(frames_per_worker) if cfg.collector.sync else frames_per_worker[0],
+            total_frames=-1,
+            device=cfg.device,
+            storing_device=cfg.collector.storing_device or cfg.device,
+            compact_obs=cfg.collector.compact_obs,
+            track_policy_version=True,
+            auto_register_policy_transforms=True,
+            **kwargs,
+        )
+
+    def close(self) -> None:
+        """Shuts the collector workers down and flushes the logs."""
+        if self.collector is not None:
+            self.collector.shutdown()
+            self.collector = None
+        if self.writer is not None:
+            self.writer.flush()
+
+    """
+    Logging and checkpoints.
+    """
+
+    def _episode_stats(self, batch: TensorDictBase) -> dict[str, float]:
+        # compact_obs keeps the root running sums only: a finished episode's totals are the root value plus its
+        # last step
+        done = batch["next", "done"].squeeze(-1)
+        returns = batch["episode_reward"] + batch["next", "reward"]
+        self.episode_returns.extend(returns.squeeze(-1)[done].tolist())
+        self.episode_lengths.extend((batch["step_count"].squeeze(-1)[done] + 1).tolist())
+        stats = {}
+        if self.episode_returns:
+            stats["mean_reward"] = statistics.fmean(self.episode_returns)
+            stats["mean_episode_length"] = statistics.fmean(self.episode_lengths)
+        if EPISODE_LOG_KEY in batch["next"].keys():
+            for name, value in batch["next", EPISODE_LOG_KEY].items(include_nested=True, leaves_only=True):
+                value = value[~value.isnan()]
+                if value.numel():
+                    stats[f"log/{name}"] = float(value.mean())
+        return stats
+
+    def _log(self, stats, num_steps, collect_time, learn_time, start_time, start_iteration, end_iteration) -> None:
+        fps = num_steps / (collect_time + learn_time)
+        std = float(self.actor.module[0][-1].module.state_independent_scale.exp().mean())
+        if self.writer is not None:
+            step = self.iteration
+            for key in ("surrogate", "value_function", "entropy", "kl", "grad_norm"):
+                self.writer.add_scalar(f"Loss/{key}", stats[key], step)
+            self.writer.add_scalar("Loss/learning_rate", self.learning_rate, step)
+            self.writer.add_scalar("Policy/mean_noise_std", std, step)
+            self.writer.add_scalar("Perf/total_fps", fps, step)
+            self.writer.add_scalar("Perf/collection time", collect_time, step)
+            self.writer.add_scalar("Perf/learning_time", learn_time, step)
+            self.writer.add_scalar("Perf/policy_lag", stats["policy_lag"], step)
+            if "mean_reward" in stats:
+                self.writer.add_scalar("Train/mean_reward", stats["mean_reward"], step)
+                self.writer.add_scalar("Train/mean_episode_length", stats["mean_episode_length"], step)
+            for key, value in stats.items():
+                if key.startswith("log/"):
+                    self.writer.add_scalar(key[4:], value, step)
+        elapsed = time.perf_counter() - start_time
+        done_iterations = self.iteration - start_iteration
+        eta = elapsed / done_iterations * (end_iteration - self.iteration)
+        reward = f"{stats['mean_reward']:9.2f}" if "mean_reward" in stats else "      n/a"
+        length = f"{stats['mean_episode_length']:7.1f}" if "mean_episode_length" in stats else "    n/a"
+        print(
+            f"[torchrl] it {self.iteration:5d}/{end_iteration} | {fps:8.0f} steps/s "
+            f"(collect {collect_time:.2f}s, learn {learn_time:.2f}s) | return {reward} | ep len {length} | "
+            f"value {stats['value_function']:.4f} | surrogate {stats['surrogate']:+.4f} | "
+            f"entropy {stats['entropy']:.3f} | lr {self.learning_rate:.1e} | ETA {eta:6.0f}s",
+            flush=True,
+        )
+
+    def state_dict(self) -> dict:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "learning_rate": self.learning_rate,
+            "iteration": self.iteration,
+            "config": self.cfg.to_dict(),
+        }
+
+    def save(self, path: str) -> None:
+        save_checkpoint(self.state_dict(), path)
