@@ -22,6 +22,26 @@ from ..models import CollectionPolicyFactory, EnvInterface, make_collection_poli
 from .checkpoint import save_checkpoint
 
 
+def compute_advantages(gae: GAE, batch: TensorDictBase, critic_obs_key: str) -> TensorDictBase:
+    """Runs shifted GAE on a collected batch laid out as [trajectory slice, time] (leading dims are flattened).
+
+    ``compact_obs`` drops the ``("next", obs)`` copies, so the critic's true next observations are taken from
+    ``("next", "final_obs")``: GAE then bootstraps with V(s_T) after the rollout's last step and on time-outs
+    (where the next root observation already belongs to the new episode), and never on terminations. The
+    value network runs once in recurrent mode over each slice with the final observations inserted after
+    time-outs; the shifted budget leaves room for every one of them, so no sample is displaced.
+    """
+    batch = batch.reshape(-1, batch.shape[-1])
+    batch.names = [None, "time"]
+    batch["next", critic_obs_key] = batch["next", FINAL_OBS_KEY, critic_obs_key]
+    next_td = batch["next"]
+    time_outs = (next_td["done"] & ~next_td["terminated"]).squeeze(-1)[:, :-1]
+    gae.shifted_budget = int(time_outs.sum(-1).max()) + 1
+    with torch.no_grad(), set_recurrent_mode(True):
+        gae(batch)
+    return batch
+
+
 class TorchRLRunner:
     """Trains a (recurrent) PPO agent on Isaac Lab environments that live only in collector subprocesses.
 
@@ -100,7 +120,7 @@ class TorchRLRunner:
                 learn_time = time.perf_counter() - learn_start
                 self.iteration += 1
                 stats.update(self._episode_stats(batch))
-                stats["policy_lag"] = float(self.policy_version - 1 - batch["policy_version"].float().mean())
+                stats["policy_lag"] = self._policy_lag(batch)
                 self._log(stats, batch.numel(), collect_time, learn_time, start_time, start_iteration, end_iteration)
                 if self.log_dir is not None and (
                     self.iteration % self.cfg.save_interval == 0 or self.iteration == end_iteration
@@ -112,10 +132,8 @@ class TorchRLRunner:
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One PPO update (GAE, then epochs of minibatches of whole trajectory slices) on a collected batch."""
         algo = self.cfg.algorithm
-        batch = self._prepare_batch(batch)
-        with torch.no_grad(), set_recurrent_mode(True):
-            self.gae.shifted_budget = self._shifted_budget(batch)
-            self.gae(batch)
+        batch = batch.to(self.train_device)
+        batch = compute_advantages(self.gae, batch, self.interface.critic_obs_key)
         if algo.normalize_advantage:
             advantage = batch["advantage"]
             valid = batch["shifted_valid"].unsqueeze(-1).expand_as(advantage)
@@ -139,7 +157,9 @@ class TorchRLRunner:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), algo.max_grad_norm)
-                kl = losses["kl_approx"].detach()
+                # k3 estimator of KL(behaviour || current) from the loss's ratio statistics: non-negative per sample
+                # and with less variance than kl_approx (k1), as the adaptive schedule needs
+                kl = (losses["mean_ratio"] - 1.0 + losses["kl_approx"]).detach()
                 self._adapt_learning_rate(float(kl))
                 self.optimizer.step()
                 for key, value in (
@@ -152,22 +172,6 @@ class TorchRLRunner:
                     sums[key] += float(value.detach())
                 num_updates += 1
         return {key: value / num_updates for key, value in sums.items()}
-
-    def _prepare_batch(self, batch: TensorDictBase) -> TensorDictBase:
-        """Moves a collected batch to the learner and lays it out as [trajectory slice, time]."""
-        batch = batch.to(self.train_device).reshape(-1, batch.shape[-1])
-        batch.names = [None, "time"]
-        # the true next observations of the critic (compact_obs dropped the ("next", obs) copies)
-        key = self.interface.critic_obs_key
-        batch["next", key] = batch["next", FINAL_OBS_KEY, key]
-        return batch
-
-    @staticmethod
-    def _shifted_budget(batch: TensorDictBase) -> int:
-        """Extra value-network slots so that no sample is displaced: one per time-out inside a slice, plus one."""
-        next_td = batch["next"]
-        time_outs = (next_td["done"] & ~next_td["terminated"]).squeeze(-1)[:, :-1]
-        return int(time_outs.sum(-1).max()) + 1
 
     def _adapt_learning_rate(self, kl: float) -> None:
         """rsl_rl's adaptive schedule: shrink the learning rate when the policy moved too far, grow it otherwise."""
@@ -217,6 +221,15 @@ class TorchRLRunner:
     Logging and checkpoints.
     """
 
+    def _policy_lag(self, batch: TensorDictBase) -> float:
+        """Mean number of weight updates between the policy that acted and the one that learns from the batch.
+
+        A step's version tag is written with the observation of the step before, so the first step of a rollout
+        carries the previous rollout's tag; it is left out.
+        """
+        acting_versions = batch["policy_version"][..., 1:].float()
+        return float(self.policy_version - 1 - acting_versions.mean())
+
     def _episode_stats(self, batch: TensorDictBase) -> dict[str, float]:
         # compact_obs keeps the root running sums only: a finished episode's totals are the root value plus its
         # last step
@@ -237,7 +250,7 @@ class TorchRLRunner:
 
     def _log(self, stats, num_steps, collect_time, learn_time, start_time, start_iteration, end_iteration) -> None:
         fps = num_steps / (collect_time + learn_time)
-        std = float(self.actor.module[0][-1].module.state_independent_scale.exp().mean())
+        std = float(self.actor.module[0][-1].module.state_independent_scale.detach().exp().mean())
         if self.writer is not None:
             step = self.iteration
             for key in ("surrogate", "value_function", "entropy", "kl", "grad_norm"):
@@ -263,7 +276,8 @@ class TorchRLRunner:
             f"[torchrl] it {self.iteration:5d}/{end_iteration} | {fps:8.0f} steps/s "
             f"(collect {collect_time:.2f}s, learn {learn_time:.2f}s) | return {reward} | ep len {length} | "
             f"value {stats['value_function']:.4f} | surrogate {stats['surrogate']:+.4f} | "
-            f"entropy {stats['entropy']:.3f} | lr {self.learning_rate:.1e} | ETA {eta:6.0f}s",
+            f"entropy {stats['entropy']:.3f} | kl {stats['kl']:.4f} | lag {stats['policy_lag']:.1f} | "
+            f"lr {self.learning_rate:.1e} | ETA {eta:6.0f}s",
             flush=True,
         )
 
