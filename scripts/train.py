@@ -69,7 +69,13 @@ def resolve_configs(args: argparse.Namespace, hydra_args: list[str]):
             raise UsageError(f"Task {args.task!r} has no torchrl agent config.")
         raise UsageError(f"Task {args.task!r} has no agent {args.agent!r}; available: {', '.join(known)}.")
     try:
+        # Isaac Lab adds unknown override keys as new attributes, so the paths are checked on the defaults
+        presets = [arg for arg in hydra_args if arg.split("=", 1)[0] in ("physics", "renderer", "presets")]
+        default_env_cfg, default_agent_cfg = resolve_task_config(args.task, entry_point, overrides=presets)
+        check_override_paths(hydra_args, env=default_env_cfg, agent=default_agent_cfg)
         env_cfg, agent_cfg = resolve_task_config(args.task, entry_point, overrides=hydra_args)
+    except UsageError:
+        raise
     except Exception as exc:  # Hydra and preset errors: one readable line
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"Invalid configuration override: {message}") from exc
@@ -97,6 +103,23 @@ def resolve_configs(args: argparse.Namespace, hydra_args: list[str]):
     env_cfg.seed = agent_cfg.seed
     validate(env_cfg, agent_cfg)
     return env_cfg, agent_cfg
+
+
+def check_override_paths(hydra_args: list[str], **roots) -> None:
+    """Rejects ``env.*`` / ``agent.*`` overrides that name no existing field (Isaac Lab would ignore them)."""
+    for override in hydra_args:
+        path = override.split("=", 1)[0]
+        root_name, _, field_path = path.partition(".")
+        if "=" not in override or root_name not in roots or path.startswith(("+", "~")):
+            continue
+        node = roots[root_name]
+        for name in field_path.split("."):
+            if isinstance(node, dict) and name in node:
+                node = node[name]
+            elif not isinstance(node, dict) and hasattr(node, name):
+                node = getattr(node, name)
+            else:
+                raise UsageError(f"Invalid configuration override {override!r}: {path} is not a field of the config.")
 
 
 def validate(env_cfg, agent_cfg) -> None:
