@@ -1,4 +1,4 @@
-"""Train an Isaac Lab task with TorchRL: recurrent PPO over subprocess collectors.
+"""Train an Isaac Lab task with TorchRL: (recurrent) PPO over subprocess collectors.
 
     python scripts/train.py --task Isaac-Cartpole-Direct --agent torchrl --viz none [--num_envs N]
         [--num_collectors K] [--async] [physics=newton_mjwarp] [agent.algorithm.learning_rate=3e-4 ...]
@@ -13,33 +13,15 @@ import os
 import sys
 from datetime import datetime
 
-import gymnasium as gym
-import torch
-
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
-from isaaclab.app import add_launcher_args
 from isaaclab.utils.io import dump_yaml
-from isaaclab_tasks.utils import resolve_task_config, setup_preset_cli
-from isaaclab_torchrl.agents import AGENT_ALIASES, agent_entry_point
+from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner
 
 
-class UsageError(Exception):
-    """Bad command-line input: reported on one line, exit code 2, nothing written."""
-
-
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Train an Isaac Lab task with TorchRL.")
-    parser.add_argument("--task", type=str, required=True, help="Gym id of the Isaac Lab task.")
-    parser.add_argument(
-        "--agent",
-        type=str,
-        default="torchrl",
-        help=f"Agent config: {', '.join(AGENT_ALIASES)}, or a registry entry-point key of the task.",
-    )
-    parser.add_argument("--num_envs", type=int, default=None, help="Number of environments, over all collectors.")
-    parser.add_argument("--seed", type=int, default=None, help="Seed of the learner and the environments.")
     parser.add_argument("--max_iterations", type=int, default=None, help="Training iterations.")
     parser.add_argument("--num_collectors", type=int, default=None, help="Collector subprocesses.")
     parser.add_argument(
@@ -48,78 +30,23 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--train_device", type=str, default=None, help="Learner device (default: --device).")
     parser.add_argument("--experiment_name", type=str, default=None, help="Folder under logs/torchrl.")
     parser.add_argument("--run_name", type=str, default=None, help="Suffix of the run folder.")
-    parser.add_argument("--headless", action="store_true", default=False, help="Accepted for compatibility.")
-    add_launcher_args(parser)
-    # no --device: the GPU when there is one, else the CPU (see resolve_configs)
-    parser.set_defaults(device=None)
-    args, hydra_args = setup_preset_cli(parser, argv)
-    return args, hydra_args
+    add_task_args(parser)
+    return parser
 
 
-def resolve_configs(args: argparse.Namespace, hydra_args: list[str]):
-    """Resolves the env and agent configs (Hydra overrides and presets applied) and the CLI overrides."""
-    if args.task.split(":")[-1] not in gym.registry:
-        raise UsageError(f"Unknown task {args.task!r}. List the tasks with: isaaclab list_envs")
-    entry_point = agent_entry_point(args.agent)
-    kwargs = gym.registry[args.task.split(":")[-1]].kwargs
-    if entry_point not in kwargs:
-        known = sorted(alias for alias, key in AGENT_ALIASES.items() if key in kwargs)
-        known += sorted(key for key in kwargs if key.startswith("isaaclab_torchrl") and key not in AGENT_ALIASES.values())
-        if not known:
-            raise UsageError(f"Task {args.task!r} has no torchrl agent config.")
-        raise UsageError(f"Task {args.task!r} has no agent {args.agent!r}; available: {', '.join(known)}.")
-    try:
-        # Isaac Lab adds unknown override keys as new attributes, so the paths are checked on the defaults
-        presets = [arg for arg in hydra_args if arg.split("=", 1)[0] in ("physics", "renderer", "presets")]
-        default_env_cfg, default_agent_cfg = resolve_task_config(args.task, entry_point, overrides=presets)
-        check_override_paths(hydra_args, env=default_env_cfg, agent=default_agent_cfg)
-        env_cfg, agent_cfg = resolve_task_config(args.task, entry_point, overrides=hydra_args)
-    except UsageError:
-        raise
-    except Exception as exc:  # Hydra and preset errors: one readable line
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"Invalid configuration override: {message}") from exc
-
-    # the collector subprocesses launch their simulation with args.device
-    args.device = device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
-    env_cfg.sim.device = device
-    agent_cfg.device = device
-    if args.train_device is not None:
-        agent_cfg.train_device = args.train_device
-    if args.num_envs is not None:
-        env_cfg.scene.num_envs = args.num_envs
-    if args.seed is not None:
-        agent_cfg.seed = args.seed
+def apply_train_args(args: argparse.Namespace, agent_cfg) -> None:
     if args.max_iterations is not None:
         agent_cfg.max_iterations = args.max_iterations
     if args.num_collectors is not None:
         agent_cfg.collector.num_collectors = args.num_collectors
     if args.async_collection is not None:
         agent_cfg.collector.sync = not args.async_collection
+    if args.train_device is not None:
+        agent_cfg.train_device = args.train_device
     if args.experiment_name is not None:
         agent_cfg.experiment_name = args.experiment_name
     if args.run_name is not None:
         agent_cfg.run_name = args.run_name
-    env_cfg.seed = agent_cfg.seed
-    validate(env_cfg, agent_cfg)
-    return env_cfg, agent_cfg
-
-
-def check_override_paths(hydra_args: list[str], **roots) -> None:
-    """Rejects ``env.*`` / ``agent.*`` overrides that name no existing field (Isaac Lab would ignore them)."""
-    for override in hydra_args:
-        path = override.split("=", 1)[0]
-        root_name, _, field_path = path.partition(".")
-        if "=" not in override or root_name not in roots or path.startswith(("+", "~")):
-            continue
-        node = roots[root_name]
-        for name in field_path.split("."):
-            if isinstance(node, dict) and name in node:
-                node = node[name]
-            elif not isinstance(node, dict) and hasattr(node, name):
-                node = getattr(node, name)
-            else:
-                raise UsageError(f"Invalid configuration override {override!r}: {path} is not a field of the config.")
 
 
 def validate(env_cfg, agent_cfg) -> None:
@@ -136,11 +63,11 @@ def validate(env_cfg, agent_cfg) -> None:
         raise UsageError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
     if agent_cfg.algorithm.learning_rate <= 0:
         raise UsageError(f"agent.algorithm.learning_rate must be > 0, got {agent_cfg.algorithm.learning_rate}.")
-    envs_per_collector = num_envs // num_collectors
-    if agent_cfg.algorithm.num_mini_batches > envs_per_collector * (num_collectors if agent_cfg.collector.sync else 1):
+    slices = num_envs if agent_cfg.collector.sync else num_envs // num_collectors
+    if not 1 <= agent_cfg.algorithm.num_mini_batches <= slices:
         raise UsageError(
-            f"agent.algorithm.num_mini_batches ({agent_cfg.algorithm.num_mini_batches}) exceeds the number of "
-            "trajectory slices (environments) in a batch."
+            f"agent.algorithm.num_mini_batches ({agent_cfg.algorithm.num_mini_batches}) must be between 1 and the "
+            f"{slices} trajectory slices (environments) of a batch."
         )
 
 
@@ -151,29 +78,23 @@ def make_log_dir(agent_cfg) -> str:
     return os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name, run_name))
 
 
-def launcher_args(args: argparse.Namespace) -> dict:
-    """The Isaac Lab launcher arguments that the collector subprocesses need to start their simulation."""
-    ours = {"task", "agent", "num_envs", "seed", "max_iterations", "num_collectors", "async_collection",
-            "train_device", "experiment_name", "run_name", "headless"}
-    return {key: value for key, value in vars(args).items() if key not in ours}
-
-
-def main(argv: list[str] | None = None) -> int:
-    args, hydra_args = parse_args(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str]) -> int:
+    args, hydra_args = parse_args(make_parser(), argv)
     try:
-        env_cfg, agent_cfg = resolve_configs(args, hydra_args)
+        env_cfg, agent_cfg = resolve_task(args, hydra_args)
+        apply_train_args(args, agent_cfg)
+        validate(env_cfg, agent_cfg)
     except UsageError as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
 
     num_collectors = agent_cfg.collector.num_collectors
-    envs_per_collector = env_cfg.scene.num_envs // num_collectors
     factories = [
         IsaacLabEnvFactory(
             args.task,
             env_cfg,
             launcher_args(args),
-            num_envs=envs_per_collector,
+            num_envs=env_cfg.scene.num_envs // num_collectors,
             seed=agent_cfg.seed + index,
             clip_actions=agent_cfg.clip_actions,
         )
@@ -197,4 +118,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

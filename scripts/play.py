@@ -1,0 +1,99 @@
+"""Play a trained torchrl policy: deterministic actions, recurrent state carried across steps and reset on done.
+
+    python scripts/play.py --task Isaac-Cartpole-Direct --agent torchrl --viz none [--checkpoint PATH|latest]
+        [--load_run REGEX] [--num_envs N] [--num_episodes K] [--max_steps S]
+
+The checkpoint defaults to the last one of the newest run under logs/torchrl/<experiment>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+from torchrl.envs import InitTracker
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules.utils import get_primers_from_module
+
+import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
+from isaaclab_torchrl.agents import TorchRLPolicyCfg
+from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
+from isaaclab_torchrl.envs import IsaacLabEnvFactory, env_interface
+from isaaclab_torchrl.models import make_models
+from isaaclab_torchrl.runners import find_checkpoint, load_checkpoint
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Play a policy trained with isaaclab_torchrl.")
+    parser.add_argument("--checkpoint", type=str, default="latest", help="Checkpoint file, run folder, or 'latest'.")
+    parser.add_argument("--load_run", type=str, default=".*", help="Regex of the run folder (newest match).")
+    parser.add_argument("--num_episodes", type=int, default=10, help="Stop after this many finished episodes.")
+    parser.add_argument("--max_steps", type=int, default=2000, help="Stop after this many environment steps.")
+    add_task_args(parser)
+    return parser
+
+
+def checkpoint_path(args: argparse.Namespace, experiment_name: str) -> str:
+    try:
+        if args.checkpoint == "latest":
+            return find_checkpoint(os.path.abspath(os.path.join("logs", "torchrl", experiment_name)), args.load_run)
+        if os.path.isdir(args.checkpoint):
+            return find_checkpoint(os.path.dirname(os.path.abspath(args.checkpoint)), os.path.basename(args.checkpoint))
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from exc
+    if not os.path.isfile(args.checkpoint):
+        raise UsageError(f"Checkpoint file {args.checkpoint} does not exist.")
+    return args.checkpoint
+
+
+def main(argv: list[str]) -> int:
+    args, hydra_args = parse_args(make_parser(), argv)
+    try:
+        env_cfg, agent_cfg = resolve_task(args, hydra_args, play_mode=True)
+        path = checkpoint_path(args, agent_cfg.experiment_name)
+        checkpoint = load_checkpoint(path, map_location=args.device)
+    except UsageError as exc:
+        print(f"[torchrl] error: {exc}", file=sys.stderr)
+        return 2
+    print(f"[torchrl] Playing checkpoint: {path}")
+
+    env = IsaacLabEnvFactory(
+        args.task, env_cfg, launcher_args(args), env_cfg.scene.num_envs, agent_cfg.seed, agent_cfg.clip_actions
+    )()
+    # the network the checkpoint was trained with, not the registry's current default
+    policy_cfg = TorchRLPolicyCfg(**checkpoint["config"]["policy"])
+    actor, _ = make_models(policy_cfg, env_interface(env), args.device)
+    actor.load_state_dict(checkpoint["actor"])
+    env.append_transform(InitTracker())
+    if policy_cfg.rnn_type is not None:
+        env.append_transform(get_primers_from_module(actor))
+
+    returns, lengths = [], []
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        td = env.reset()
+        for _ in range(args.max_steps):
+            td, next_td = env.step_and_maybe_reset(actor(td))
+            done = td["next", "done"].squeeze(-1)
+            for episode_return, length in zip(
+                (td["episode_reward"] + td["next", "reward"]).squeeze(-1)[done].tolist(),
+                (td["step_count"].squeeze(-1)[done] + 1).tolist(),
+            ):
+                returns.append(episode_return)
+                lengths.append(length)
+                print(f"[torchrl] episode {len(returns):4d}: return {episode_return:9.3f}, length {length}")
+            td = next_td
+            if len(returns) >= args.num_episodes:
+                break
+    env.close()
+    if returns:
+        print(f"[torchrl] mean return {sum(returns) / len(returns):.3f}, mean length "
+              f"{sum(lengths) / len(lengths):.1f} over {len(returns)} episodes")
+    else:
+        print("[torchrl] no episode finished within --max_steps")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,110 @@
+"""Command-line pieces shared by ``scripts/train.py`` and ``scripts/play.py``: the task and agent arguments,
+and the resolution of the env and agent configs (Hydra overrides and presets, as Isaac Lab does it)."""
+
+from __future__ import annotations
+
+import argparse
+
+import gymnasium as gym
+import torch
+
+from isaaclab.app import add_launcher_args
+from isaaclab_tasks.utils import resolve_task_config, setup_preset_cli
+
+from .agents import AGENT_ALIASES, agent_entry_point
+
+PRESET_SELECTORS = ("physics", "renderer", "presets")
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported on one line, with exit code 2, before anything is written."""
+
+
+def add_task_args(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--task``, ``--agent``, ``--num_envs``, ``--seed``, ``--headless`` and Isaac Lab's launcher args."""
+    parser.add_argument("--task", type=str, required=True, help="Gym id of the Isaac Lab task.")
+    parser.add_argument(
+        "--agent",
+        type=str,
+        default="torchrl",
+        help=f"Agent config: {', '.join(AGENT_ALIASES)}, or a registry entry-point key of the task.",
+    )
+    parser.add_argument("--num_envs", type=int, default=None, help="Number of environments.")
+    parser.add_argument("--seed", type=int, default=None, help="Seed of the policy and the environments.")
+    parser.add_argument("--headless", action="store_true", default=False, help="Accepted for compatibility.")
+    add_launcher_args(parser)
+    # no --device: the GPU when there is one, else the CPU (see resolve_task)
+    parser.set_defaults(device=None)
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Parses ``argv``; returns the namespace and the Hydra overrides / preset selectors left over."""
+    return setup_preset_cli(parser, argv)
+
+
+def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: bool = False):
+    """Resolves the env and agent configs of ``args.task`` / ``args.agent`` and applies the common CLI args.
+
+    With ``play_mode``, the task's play-mode overrides apply (fewer environments, no randomisation, ...).
+
+    Raises:
+        UsageError: unknown task or agent, or an invalid override.
+    """
+    task = args.task.split(":")[-1]
+    if task not in gym.registry:
+        raise UsageError(f"Unknown task {args.task!r}. List the tasks with: isaaclab list_envs")
+    entry_point = agent_entry_point(args.agent)
+    kwargs = gym.registry[task].kwargs
+    if entry_point not in kwargs:
+        known = [alias for alias, key in AGENT_ALIASES.items() if key in kwargs]
+        known += [key for key in kwargs if key.startswith("isaaclab_torchrl") and key not in AGENT_ALIASES.values()]
+        if not known:
+            raise UsageError(f"Task {args.task!r} has no torchrl agent config.")
+        raise UsageError(f"Task {args.task!r} has no agent {args.agent!r}; available: {', '.join(known)}.")
+    try:
+        # Isaac Lab adds unknown override keys as new attributes, so the paths are checked on the defaults
+        presets = [arg for arg in hydra_args if arg.split("=", 1)[0] in PRESET_SELECTORS]
+        default_env_cfg, default_agent_cfg = resolve_task_config(task, entry_point, play_mode, overrides=presets)
+        check_override_paths(hydra_args, env=default_env_cfg, agent=default_agent_cfg)
+        env_cfg, agent_cfg = resolve_task_config(task, entry_point, play_mode, overrides=hydra_args)
+    except UsageError:
+        raise
+    except Exception as exc:  # Hydra and preset errors: one readable line
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"Invalid configuration override: {message}") from exc
+
+    # the simulation is launched with args.device, in the collector subprocesses too
+    args.device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+    env_cfg.sim.device = args.device
+    agent_cfg.device = args.device
+    if args.num_envs is not None:
+        env_cfg.scene.num_envs = args.num_envs
+    if args.seed is not None:
+        agent_cfg.seed = args.seed
+    env_cfg.seed = agent_cfg.seed
+    return env_cfg, agent_cfg
+
+
+def check_override_paths(hydra_args: list[str], **roots) -> None:
+    """Rejects ``env.*`` / ``agent.*`` overrides that name no existing field of the given configs."""
+    for override in hydra_args:
+        path = override.split("=", 1)[0]
+        root_name, _, field_path = path.partition(".")
+        if "=" not in override or root_name not in roots:
+            continue
+        node = roots[root_name]
+        for name in field_path.split("."):
+            if isinstance(node, dict) and name in node:
+                node = node[name]
+            elif not isinstance(node, dict) and hasattr(node, name):
+                node = getattr(node, name)
+            else:
+                raise UsageError(f"Invalid configuration override {override!r}: {path} is not a field of the config.")
+
+
+def launcher_args(args: argparse.Namespace) -> dict:
+    """Isaac Lab's launcher arguments (``--viz``, ``--device``, ...) for starting a simulation elsewhere."""
+    launcher = argparse.ArgumentParser(add_help=False)
+    add_launcher_args(launcher)
+    names = {action.dest for action in launcher._actions}
+    return {key: value for key, value in vars(args).items() if key in names}
