@@ -17,8 +17,9 @@ setup(
     python_requires="==3.12.*",
     package_dir={"": "source"},
     packages=find_packages("source"),
-    include_package_data=True,
-    package_data={"isaaclab_torchrl": ["offline_assets/**/*", "offline_assets/*"]},
+    # the offline asset root is data, not a package
+    include_package_data=False,
+    package_data={"isaaclab_torchrl": ["offline_assets/**/*"]},
     install_requires=["isaaclab==3.0.0", "torchrl>=0.14.1,<0.15", "tensordict>=0.14,<0.15", "tensorboard"],
     extras_require={"test": ["pytest", "onnx", "onnxruntime"]},
     zip_safe=False,

@@ -9,6 +9,7 @@ import time
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import AddStateIndependentNormalScale
 from torch.utils.tensorboard import SummaryWriter
 from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 from torchrl.modules import set_recurrent_mode
@@ -141,11 +142,6 @@ class TorchRLRunner:
             batch["advantage"] = (advantage - mean) / (std + 1e-8)
 
         num_slices = batch.shape[0]
-        if algo.num_mini_batches > num_slices:
-            raise ValueError(
-                f"agent.algorithm.num_mini_batches={algo.num_mini_batches} exceeds the {num_slices} trajectory "
-                "slices (environments) of a batch."
-            )
         sums = collections.defaultdict(float)
         num_updates = 0
         for _ in range(algo.num_learning_epochs):
@@ -250,7 +246,7 @@ class TorchRLRunner:
 
     def _log(self, stats, num_steps, collect_time, learn_time, start_time, start_iteration, end_iteration) -> None:
         fps = num_steps / (collect_time + learn_time)
-        std = float(self.actor.module[0][-1].module.state_independent_scale.detach().exp().mean())
+        std = self.noise_std()
         if self.writer is not None:
             step = self.iteration
             for key in ("surrogate", "value_function", "entropy", "kl", "grad_norm"):
@@ -280,6 +276,11 @@ class TorchRLRunner:
             f"lr {self.learning_rate:.1e} | ETA {eta:6.0f}s",
             flush=True,
         )
+
+    def noise_std(self) -> float:
+        """Mean standard deviation of the Gaussian action noise."""
+        noise = next(module for module in self.actor.modules() if isinstance(module, AddStateIndependentNormalScale))
+        return float(noise.state_independent_scale.detach().exp().mean())
 
     def state_dict(self) -> dict:
         return {

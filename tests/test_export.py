@@ -1,0 +1,60 @@
+"""Exported TorchScript and ONNX policies act like the runner's deterministic policy, across a state reset."""
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from isaaclab_torchrl.agents import TorchRLPolicyCfg
+from isaaclab_torchrl.export import export_policy
+from isaaclab_torchrl.models import EnvInterface, make_models
+
+OBS, ACT, ENVS, STEPS, RESET_AT = 5, 3, 4, 7, 4
+
+
+def _policy_actions(actor, rnn_type, observations):
+    """Runs the actor as the collectors do: step by step, recurrent state carried, zeroed at RESET_AT."""
+    state_keys = {"lstm": ["actor_rnn_h", "actor_rnn_c"], "gru": ["actor_rnn_h"]}.get(rnn_type, [])
+    td = TensorDict({"policy": observations[0]}, [ENVS])
+    for key in state_keys:
+        td[key] = torch.zeros(ENVS, 1, 16)
+    actions = []
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        for step in range(STEPS):
+            td["policy"] = observations[step]
+            td["is_init"] = torch.full((ENVS, 1), step in (0, RESET_AT))
+            if step == RESET_AT:
+                for key in state_keys:
+                    td[key] = torch.zeros_like(td[key])
+            out = actor(td)
+            actions.append(out["action"].clone())
+            td = TensorDict({key: out["next", key] for key in state_keys}, [ENVS])
+    return torch.stack(actions)
+
+
+@pytest.mark.parametrize("rnn_type", [None, "lstm", "gru"])
+def test_exported_policies_match_the_actor(tmp_path, rnn_type):
+    torch.manual_seed(0)
+    cfg = TorchRLPolicyCfg(rnn_type=rnn_type, rnn_hidden_size=16, actor_hidden_dims=[8, 8], critic_hidden_dims=[8])
+    actor, _ = make_models(cfg, EnvInterface("policy", OBS, "policy", OBS, ACT), "cpu")
+    observations = torch.randn(STEPS, ENVS, OBS)
+    expected = _policy_actions(actor, rnn_type, observations)
+
+    torchscript_path, onnx_path = export_policy(actor, OBS, str(tmp_path), num_envs=ENVS)
+
+    scripted = torch.jit.load(torchscript_path)
+    session = onnxruntime.InferenceSession(onnx_path)
+    input_names = [i.name for i in session.get_inputs()]
+    state = {name: np.zeros(i.shape, dtype=np.float32) for name, i in zip(input_names, session.get_inputs()) if name != "obs"}
+    assert input_names == {None: ["obs"], "lstm": ["obs", "h_in", "c_in"], "gru": ["obs", "h_in"]}[rnn_type]
+    for step in range(STEPS):
+        if step == RESET_AT:
+            scripted.reset()
+            state = {name: np.zeros_like(value) for name, value in state.items()}
+        with torch.no_grad():
+            torch.testing.assert_close(scripted(observations[step]), expected[step], atol=1e-5, rtol=1e-5)
+        outputs = session.run(None, {"obs": observations[step].numpy(), **state})
+        np.testing.assert_allclose(outputs[0], expected[step].numpy(), atol=1e-5, rtol=1e-5)
+        state = dict(zip(state, outputs[1:]))
