@@ -134,6 +134,7 @@ class TorchRLRunner:
         """One PPO update (GAE, then epochs of minibatches of whole trajectory slices) on a collected batch."""
         algo = self.cfg.algorithm
         batch = batch.to(self.train_device)
+        self._check_finite(batch)
         batch = compute_advantages(self.gae, batch, self.interface.critic_obs_key)
         if algo.normalize_advantage:
             advantage = batch["advantage"]
@@ -168,6 +169,18 @@ class TorchRLRunner:
                     sums[key] += float(value.detach())
                 num_updates += 1
         return {key: value / num_updates for key, value in sums.items()}
+
+    def _check_finite(self, batch: TensorDictBase) -> None:
+        """Stops on NaN/Inf in the observations or rewards, naming the key, before they reach the networks."""
+        keys = {self.interface.actor_obs_key, self.interface.critic_obs_key}
+        keys = [*keys, ("next", FINAL_OBS_KEY, self.interface.critic_obs_key), ("next", "reward")]
+        finite = torch.stack([torch.isfinite(batch[key]).all() for key in keys])
+        if not bool(finite.all()):
+            bad = [key for key, ok in zip(keys, finite.tolist()) if not ok]
+            raise FloatingPointError(
+                f"Non-finite values (NaN/Inf) in {bad} of the batch collected for iteration {self.iteration + 1}: "
+                "the simulation diverged; no update was made with this batch."
+            )
 
     def _adapt_learning_rate(self, kl: float) -> None:
         """rsl_rl's adaptive schedule: shrink the learning rate when the policy moved too far, grow it otherwise."""
