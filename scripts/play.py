@@ -22,12 +22,15 @@ from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, env_interface
 from isaaclab_torchrl.models import make_models
-from isaaclab_torchrl.runners import find_checkpoint, load_checkpoint
+from isaaclab_torchrl.export import export_policy
+from isaaclab_torchrl.runners import load_checkpoint, resolve_checkpoint
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Play a policy trained with isaaclab_torchrl.")
-    parser.add_argument("--checkpoint", type=str, default="latest", help="Checkpoint file, run folder, or 'latest'.")
+    parser.add_argument(
+        "--checkpoint", type=str, default="latest", help="Checkpoint file, run folder, 'latest' or a file-name regex."
+    )
     parser.add_argument("--load_run", type=str, default=".*", help="Regex of the run folder (newest match).")
     parser.add_argument("--num_episodes", type=int, default=10, help="Stop after this many finished episodes.")
     parser.add_argument("--max_steps", type=int, default=2000, help="Stop after this many environment steps.")
@@ -35,26 +38,14 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def checkpoint_path(args: argparse.Namespace, experiment_name: str) -> str:
-    try:
-        if args.checkpoint == "latest":
-            return find_checkpoint(os.path.abspath(os.path.join("logs", "torchrl", experiment_name)), args.load_run)
-        if os.path.isdir(args.checkpoint):
-            return find_checkpoint(os.path.dirname(os.path.abspath(args.checkpoint)), os.path.basename(args.checkpoint))
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from exc
-    if not os.path.isfile(args.checkpoint):
-        raise UsageError(f"Checkpoint file {args.checkpoint} does not exist.")
-    return args.checkpoint
-
-
 def main(argv: list[str]) -> int:
     args, hydra_args = parse_args(make_parser(), argv)
     try:
         env_cfg, agent_cfg = resolve_task(args, hydra_args, play_mode=True)
-        path = checkpoint_path(args, agent_cfg.experiment_name)
+        log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
+        path = resolve_checkpoint(log_root, args.checkpoint, args.load_run)
         checkpoint = load_checkpoint(path, map_location=args.device)
-    except UsageError as exc:
+    except (UsageError, FileNotFoundError, ValueError) as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
     print(f"[torchrl] Playing checkpoint: {path}")
@@ -64,8 +55,18 @@ def main(argv: list[str]) -> int:
     )()
     # the network the checkpoint was trained with, not the registry's current default
     policy_cfg = TorchRLPolicyCfg(**checkpoint["config"]["policy"])
-    actor, _ = make_models(policy_cfg, env_interface(env), args.device)
-    actor.load_state_dict(checkpoint["actor"])
+    interface = env_interface(env)
+    actor, _ = make_models(policy_cfg, interface, args.device)
+    try:
+        actor.load_state_dict(checkpoint["actor"])
+    except RuntimeError as exc:
+        env.close()
+        print(f"[torchrl] error: checkpoint {path} does not fit task {args.task!r}: {str(exc).splitlines()[0]}",
+              file=sys.stderr)
+        return 2
+    export_dir = os.path.join(os.path.dirname(os.path.abspath(path)), "exported")
+    for exported in export_policy(actor, interface.actor_obs_dim, export_dir):
+        print(f"[torchrl] Exported policy: {exported}")
     env.append_transform(InitTracker())
     if policy_cfg.rnn_type is not None:
         env.append_transform(get_primers_from_module(actor))

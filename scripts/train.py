@@ -17,7 +17,7 @@ import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac La
 from isaaclab.utils.io import dump_yaml
 from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
-from isaaclab_torchrl.runners import TorchRLRunner
+from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint, resolve_checkpoint
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -30,6 +30,11 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train_device", type=str, default=None, help="Learner device (default: --device).")
     parser.add_argument("--experiment_name", type=str, default=None, help="Folder under logs/torchrl.")
     parser.add_argument("--run_name", type=str, default=None, help="Suffix of the run folder.")
+    parser.add_argument("--resume", action="store_true", default=False, help="Continue a run from a checkpoint.")
+    parser.add_argument("--load_run", type=str, default=".*", help="With --resume: regex of the run folder (newest).")
+    parser.add_argument(
+        "--checkpoint", type=str, default="latest", help="With --resume: checkpoint file, run folder, file-name regex."
+    )
     add_task_args(parser)
     return parser
 
@@ -71,6 +76,17 @@ def validate(env_cfg, agent_cfg) -> None:
         )
 
 
+def resume_checkpoint(args: argparse.Namespace, agent_cfg) -> str:
+    """The checkpoint ``--resume`` continues from, checked to be readable."""
+    log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
+    try:
+        path = resolve_checkpoint(log_root, args.checkpoint, args.load_run)
+        load_checkpoint(path)
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    return path
+
+
 def make_log_dir(agent_cfg) -> str:
     run_name = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     if agent_cfg.run_name:
@@ -84,6 +100,7 @@ def main(argv: list[str]) -> int:
         env_cfg, agent_cfg = resolve_task(args, hydra_args)
         apply_train_args(args, agent_cfg)
         validate(env_cfg, agent_cfg)
+        checkpoint = resume_checkpoint(args, agent_cfg) if args.resume else None
     except UsageError as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
@@ -102,12 +119,21 @@ def main(argv: list[str]) -> int:
     ]
     interface = probe_env_interface(factories[0])
 
-    log_dir = make_log_dir(agent_cfg)
-    print(f"[torchrl] Logging experiment in directory: {log_dir}")
-    dump_yaml(os.path.join(log_dir, "params", "env.yaml"), env_cfg)
-    dump_yaml(os.path.join(log_dir, "params", "agent.yaml"), agent_cfg)
-
+    # a resumed run goes on in its own folder, with its TensorBoard step axis
+    log_dir = os.path.dirname(os.path.abspath(checkpoint)) if checkpoint else make_log_dir(agent_cfg)
     runner = TorchRLRunner(factories, interface, agent_cfg, log_dir)
+    if checkpoint:
+        try:
+            runner.load(checkpoint)
+        except ValueError as exc:
+            print(f"[torchrl] error: {exc}", file=sys.stderr)
+            return 2
+        print(f"[torchrl] Resuming from {checkpoint} (iteration {runner.iteration}, "
+              f"learning rate {runner.learning_rate:.6g})")
+    else:
+        dump_yaml(os.path.join(log_dir, "params", "env.yaml"), env_cfg)
+        dump_yaml(os.path.join(log_dir, "params", "agent.yaml"), agent_cfg)
+    print(f"[torchrl] Logging experiment in directory: {log_dir}")
     try:
         runner.learn()
     except KeyboardInterrupt:

@@ -8,6 +8,8 @@ import tempfile
 
 import torch
 
+MODEL_PATTERN = r"model_\d+\.pt"
+
 
 def save_checkpoint(state: dict, path: str) -> None:
     """Writes ``state`` to ``path`` through a temporary file in the same folder, so a crash never leaves a
@@ -25,33 +27,58 @@ def save_checkpoint(state: dict, path: str) -> None:
 
 
 def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict:
-    return torch.load(path, map_location=map_location, weights_only=True)
+    """Reads a checkpoint written by :func:`save_checkpoint`.
+
+    Raises:
+        ValueError: the file is missing, truncated or not a checkpoint of this runner.
+    """
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"Cannot read checkpoint {path}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    if not isinstance(state, dict) or not {"actor", "critic", "iteration", "config"} <= set(state):
+        raise ValueError(f"{path} is not a checkpoint of the isaaclab_torchrl runner.")
+    return state
 
 
 def _natural_key(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def find_checkpoint(log_root: str, load_run: str = ".*", checkpoint: str = r"model_.*\.pt") -> str:
-    """The checkpoint to play or resume, rsl_rl style: the newest run folder under ``log_root`` whose name
-    matches ``load_run`` and, in it, the last file matching ``checkpoint`` (natural order: model_10 after
-    model_9).
+def last_checkpoint_in(run_dir: str, checkpoint: str = MODEL_PATTERN) -> str:
+    """The last file of ``run_dir`` whose name matches ``checkpoint``, in natural order (model_10 after model_9)."""
+    found = sorted(os.listdir(run_dir))
+    files = sorted((name for name in found if re.fullmatch(checkpoint, name)), key=_natural_key)
+    if not files:
+        raise FileNotFoundError(
+            f"No checkpoint matching {checkpoint!r} in {run_dir} (found: {', '.join(found) or 'nothing'})."
+        )
+    return os.path.join(run_dir, files[-1])
+
+
+def find_checkpoint(log_root: str, load_run: str = ".*", checkpoint: str = MODEL_PATTERN) -> str:
+    """The checkpoint to play or resume, as rsl_rl finds it: in the newest run folder under ``log_root`` whose
+    name matches ``load_run``, the last file matching ``checkpoint``.
 
     Raises:
-        FileNotFoundError: with the folder searched and what was found there.
+        FileNotFoundError: naming the folder searched and what was found there.
     """
     if not os.path.isdir(log_root):
         raise FileNotFoundError(f"No runs: the log folder {log_root} does not exist.")
-    runs = sorted(
-        (name for name in os.listdir(log_root) if os.path.isdir(os.path.join(log_root, name)) and re.match(load_run, name)),
-        key=_natural_key,
-    )
+    found = sorted(name for name in os.listdir(log_root) if os.path.isdir(os.path.join(log_root, name)))
+    runs = sorted((name for name in found if re.fullmatch(load_run, name)), key=_natural_key)
     if not runs:
-        raise FileNotFoundError(
-            f"No run matching {load_run!r} in {log_root} (found: {', '.join(sorted(os.listdir(log_root))) or 'nothing'})."
-        )
-    run_dir = os.path.join(log_root, runs[-1])
-    files = sorted((name for name in os.listdir(run_dir) if re.fullmatch(checkpoint, name)), key=_natural_key)
-    if not files:
-        raise FileNotFoundError(f"No checkpoint matching {checkpoint!r} in {run_dir}.")
-    return os.path.join(run_dir, files[-1])
+        raise FileNotFoundError(f"No run matching {load_run!r} in {log_root} (found: {', '.join(found) or 'nothing'}).")
+    return last_checkpoint_in(os.path.join(log_root, runs[-1]), checkpoint)
+
+
+def resolve_checkpoint(log_root: str, checkpoint: str = "latest", load_run: str = ".*") -> str:
+    """``checkpoint`` as a file, a run folder (its last model), ``latest`` or a file-name pattern, the last two
+    looked up under ``log_root`` in the newest run matching ``load_run``."""
+    if os.path.isfile(checkpoint):
+        return checkpoint
+    if os.path.isdir(checkpoint):
+        return last_checkpoint_in(checkpoint)
+    if os.sep in checkpoint:
+        raise FileNotFoundError(f"Checkpoint file {checkpoint} does not exist.")
+    return find_checkpoint(log_root, load_run, MODEL_PATTERN if checkpoint == "latest" else checkpoint)

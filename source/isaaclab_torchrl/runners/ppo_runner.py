@@ -20,7 +20,7 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import EPISODE_LOG_KEY, FINAL_OBS_KEY, IsaacLabEnvFactory
 from ..models import CollectionPolicyFactory, EnvInterface, make_collection_policy, make_models
-from .checkpoint import save_checkpoint
+from .checkpoint import load_checkpoint, save_checkpoint
 
 
 def compute_advantages(gae: GAE, batch: TensorDictBase, critic_obs_key: str) -> TensorDictBase:
@@ -103,7 +103,8 @@ class TorchRLRunner:
         """Collects and trains for ``num_iterations`` iterations (default: ``cfg.max_iterations``)."""
         num_iterations = self.cfg.max_iterations if num_iterations is None else num_iterations
         if self.log_dir is not None and self.writer is None:
-            self.writer = SummaryWriter(log_dir=self.log_dir, flush_secs=10)
+            # a resumed run continues the same event stream; steps logged after its checkpoint are dropped
+            self.writer = SummaryWriter(log_dir=self.log_dir, flush_secs=10, purge_step=self.iteration + 1)
         self.collector = self._make_collector()
         start_iteration = self.iteration
         end_iteration = start_iteration + num_iterations
@@ -302,8 +303,31 @@ class TorchRLRunner:
             "optimizer": self.optimizer.state_dict(),
             "learning_rate": self.learning_rate,
             "iteration": self.iteration,
+            "rng_state": torch.get_rng_state(),
             "config": self.cfg.to_dict(),
         }
+
+    def load(self, path: str) -> None:
+        """Restores networks, optimizer, learning rate, iteration counter and RNG state from a checkpoint.
+
+        Raises:
+            ValueError: the checkpoint cannot be read or was trained with other networks or sizes.
+        """
+        state = load_checkpoint(path, map_location=self.train_device)
+        try:
+            self.actor.load_state_dict(state["actor"])
+            self.critic.load_state_dict(state["critic"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise ValueError(
+                f"Checkpoint {path} does not fit this task and agent (different observation/action sizes or "
+                f"networks): {str(exc).splitlines()[0]}"
+            ) from exc
+        self.learning_rate = state["learning_rate"]
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate
+        self.iteration = state["iteration"]
+        torch.set_rng_state(state["rng_state"].cpu())
 
     def save(self, path: str) -> None:
         save_checkpoint(self.state_dict(), path)
