@@ -64,7 +64,8 @@ class TorchRLCollectorCfg:
     compact_obs: bool = True
     """Drop the ``("next", obs)`` mirrors of the root observations from the collected batches."""
     storing_device: str | None = None
-    """Device the batches are stored on; ``None`` keeps them on the simulation device."""
+    """Device the batches are stored on; ``None``: the simulation device, except the CPU for asynchronous
+    collection on a GPU (see :meth:`TorchRLRunner._make_collector`)."""
     recurrent_backend: str = "pad"
     """Backend of the recurrent layers in training mode: ``"pad"`` (cuDNN), ``"scan"`` or ``"triton"``."""
 

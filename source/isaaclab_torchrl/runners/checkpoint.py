@@ -57,8 +57,8 @@ def last_checkpoint_in(run_dir: str, checkpoint: str = MODEL_PATTERN) -> str:
 
 
 def find_checkpoint(log_root: str, load_run: str = ".*", checkpoint: str = MODEL_PATTERN) -> str:
-    """The checkpoint to play or resume, as rsl_rl finds it: in the newest run folder under ``log_root`` whose
-    name matches ``load_run``, the last file matching ``checkpoint``.
+    """The checkpoint to play or resume: in the newest run folder under ``log_root`` whose name matches
+    ``load_run`` and holds a checkpoint, the last file matching ``checkpoint``.
 
     Raises:
         FileNotFoundError: naming the folder searched and what was found there.
@@ -69,7 +69,11 @@ def find_checkpoint(log_root: str, load_run: str = ".*", checkpoint: str = MODEL
     runs = sorted((name for name in found if re.fullmatch(load_run, name)), key=_natural_key)
     if not runs:
         raise FileNotFoundError(f"No run matching {load_run!r} in {log_root} (found: {', '.join(found) or 'nothing'}).")
-    return last_checkpoint_in(os.path.join(log_root, runs[-1]), checkpoint)
+    # the newest run that has a checkpoint (a run that died before its first save has none)
+    for run in reversed(runs):
+        if any(re.fullmatch(checkpoint, name) for name in os.listdir(os.path.join(log_root, run))):
+            return last_checkpoint_in(os.path.join(log_root, run), checkpoint)
+    raise FileNotFoundError(f"No checkpoint matching {checkpoint!r} in the runs {', '.join(runs)} of {log_root}.")
 
 
 def resolve_checkpoint(log_root: str, checkpoint: str = "latest", load_run: str = ".*") -> str:

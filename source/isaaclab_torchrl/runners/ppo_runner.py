@@ -204,6 +204,12 @@ class TorchRLRunner:
         collector_class = MultiSyncCollector if cfg.collector.sync else MultiAsyncCollector
         frames_per_worker = [factory.num_envs * cfg.num_steps_per_env for factory in self.env_factories]
         kwargs = {"cat_results": "stack"} if cfg.collector.sync else {}
+        storing_device = cfg.collector.storing_device
+        if storing_device is None:
+            # torchrl 0.14.1's asynchronous collector clones a worker's CUDA buffer and lets the worker write the
+            # next rollout into it without waiting for the copy (seen on an H200 as NaN observations and illegal
+            # memory accesses); host memory is copied synchronously
+            storing_device = "cpu" if not cfg.collector.sync and self.device.type == "cuda" else cfg.device
         return collector_class(
             create_env_fn=self.env_factories,
             policy=self.collection_policy,
@@ -212,7 +218,7 @@ class TorchRLRunner:
             frames_per_batch=sum(frames_per_worker) if cfg.collector.sync else frames_per_worker[0],
             total_frames=-1,
             device=cfg.device,
-            storing_device=cfg.collector.storing_device or cfg.device,
+            storing_device=storing_device,
             compact_obs=cfg.collector.compact_obs,
             track_policy_version=True,
             auto_register_policy_transforms=True,
