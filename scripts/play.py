@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
+import yaml
 from torchrl.envs import InitTracker
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules.utils import get_primers_from_module
@@ -34,6 +36,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--load_run", type=str, default=".*", help="Regex of the run folder (newest match).")
     parser.add_argument("--num_episodes", type=int, default=10, help="Stop after this many finished episodes.")
     parser.add_argument("--max_steps", type=int, default=2000, help="Stop after this many environment steps.")
+    parser.add_argument("--real-time", action="store_true", default=False, help="Step no faster than real time.")
     add_task_args(parser)
     return parser
 
@@ -54,7 +57,7 @@ def main(argv: list[str]) -> int:
         args.task, env_cfg, launcher_args(args), env_cfg.scene.num_envs, agent_cfg.seed, agent_cfg.clip_actions
     )()
     # the network the checkpoint was trained with, not the registry's current default
-    policy_cfg = TorchRLPolicyCfg(**checkpoint["config"]["policy"])
+    policy_cfg = TorchRLPolicyCfg(**yaml.safe_load(checkpoint["config"])["policy"])
     interface = env_interface(env)
     actor, _ = make_models(policy_cfg, interface, args.device)
     try:
@@ -73,8 +76,10 @@ def main(argv: list[str]) -> int:
 
     returns, lengths = [], []
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        step_dt = env.base_env.unwrapped.step_dt
         td = env.reset()
         for _ in range(args.max_steps):
+            step_start = time.perf_counter()
             td, next_td = env.step_and_maybe_reset(actor(td))
             done = td["next", "done"].squeeze(-1)
             for episode_return, length in zip(
@@ -87,6 +92,8 @@ def main(argv: list[str]) -> int:
             td = next_td
             if len(returns) >= args.num_episodes:
                 break
+            if args.real_time:
+                time.sleep(max(0.0, step_dt - (time.perf_counter() - step_start)))
     env.close()
     if returns:
         print(f"[torchrl] mean return {sum(returns) / len(returns):.3f}, mean length "

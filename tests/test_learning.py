@@ -5,13 +5,28 @@ Reference, measured on this project's 2-core CPU machine on 2026-12-01 (kitless 
 and budget): rsl_rl 5.5.1's OnPolicyRunner with Isaac Lab's CartpoleDirectPPORunnerCfg reached a mean episode
 return of 4.38 after 50 iterations and 4.92 after 100 (the maximum is about 4.95, episodes last 300 steps).
 A freshly initialised policy scores about -1 to -2. The threshold, 3.5, asks for most of rsl_rl's result.
+play.py then replays the trained checkpoint deterministically, next to a freshly initialised policy of the
+same seed (a 1-iteration run with a learning rate of 1e-12).
 """
+
+import re
 
 import pytest
 
 from conftest import CPU_ARGS, assert_ok, run_dirs, run_script, scalars
 
 THRESHOLD = 3.5
+
+
+def _played_return(workdir, agent, checkpoint) -> float:
+    process = run_script(
+        "play.py",
+        ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", "16", "--num_episodes", "16",
+         "--checkpoint", checkpoint, *CPU_ARGS],
+        cwd=workdir,
+    )
+    assert_ok(process)
+    return float(re.search(r"mean return (-?[\d.]+)", process.stdout).group(1))
 
 
 @pytest.mark.parametrize("agent, experiment", [("torchrl", "cartpole_direct"), ("torchrl_lstm", "cartpole_direct_lstm")])
@@ -28,3 +43,16 @@ def test_cartpole_reaches_return_threshold(workdir, agent, experiment):
     assert returns[-1][0] == 100
     final_return = returns[-1][1]
     assert final_return >= THRESHOLD, f"mean episode return {final_return:.2f} after 100 iterations < {THRESHOLD}"
+
+    fresh = run_script(
+        "train.py",
+        ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", "64", "--max_iterations", "1",
+         "--seed", "42", "--run_name", "fresh", *CPU_ARGS, "agent.algorithm.schedule=fixed",
+         "agent.algorithm.learning_rate=1e-12"],
+        cwd=workdir,
+    )
+    assert_ok(fresh)
+    fresh_dir = [d for d in run_dirs(workdir, experiment) if d.endswith("_fresh")][0]
+    trained_play = _played_return(workdir, agent, f"{run_dir}/model_100.pt")
+    fresh_play = _played_return(workdir, agent, f"{fresh_dir}/model_1.pt")
+    assert trained_play >= THRESHOLD and trained_play > fresh_play + 2.0, (trained_play, fresh_play)

@@ -8,6 +8,7 @@ import statistics
 import time
 
 import torch
+import yaml
 from tensordict import TensorDictBase
 from tensordict.nn import AddStateIndependentNormalScale
 from torch.utils.tensorboard import SummaryWriter
@@ -310,7 +311,8 @@ class TorchRLRunner:
             "learning_rate": self.learning_rate,
             "iteration": self.iteration,
             "rng_state": torch.get_rng_state(),
-            "config": self.cfg.to_dict(),
+            # the config travels as YAML text, so that loading stays weights_only
+            "config": yaml.safe_dump(self.cfg.to_dict(), sort_keys=False),
         }
 
     def load(self, path: str) -> None:
