@@ -20,7 +20,13 @@ setup(
     # the offline asset root is data, not a package
     include_package_data=False,
     package_data={"isaaclab_torchrl": ["offline_assets/**/*"]},
-    install_requires=["isaaclab==3.0.0", "torchrl>=0.14.1,<0.15", "tensordict>=0.14,<0.15", "tensorboard"],
+    install_requires=[
+        "isaaclab==3.0.0",
+        "torchrl>=0.14.1,<0.15",
+        "tensordict>=0.14,<0.15",
+        "tensorboard",
+        "moviepy<2",  # Isaac Lab's video recorder (play.py --video)
+    ],
     extras_require={"test": ["pytest", "onnx", "onnxruntime"]},
     zip_safe=False,
 )

@@ -20,6 +20,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules.utils import get_primers_from_module
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
+from isaaclab_rl.entrypoints.common import add_video_args, apply_video_recording, pre_launch_video_config
 from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, env_interface
@@ -37,6 +38,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_episodes", type=int, default=10, help="Stop after this many finished episodes.")
     parser.add_argument("--max_steps", type=int, default=2000, help="Stop after this many environment steps.")
     parser.add_argument("--real-time", action="store_true", default=False, help="Step no faster than real time.")
+    add_video_args(parser, action="play")
     add_task_args(parser)
     return parser
 
@@ -48,6 +50,13 @@ def main(argv: list[str]) -> int:
         log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
         path = resolve_checkpoint(log_root, args.checkpoint, args.load_run)
         checkpoint = load_checkpoint(path, map_location=args.device)
+        # Isaac Lab records videos from a visualizer, configured on the env config before the launch
+        pre_launch_video_config(env_cfg, args)
+        try:
+            apply_video_recording(env_cfg, os.path.dirname(os.path.abspath(path)), args, subdir="play",
+                                  checkpoint_path=path)
+        except ValueError as exc:
+            raise UsageError(f"--video needs a renderer or visualizer to record from, and none is available: {exc}")
     except (UsageError, FileNotFoundError, ValueError) as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2

@@ -68,6 +68,8 @@ def validate(env_cfg, agent_cfg) -> None:
         raise UsageError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
     if agent_cfg.algorithm.learning_rate <= 0:
         raise UsageError(f"agent.algorithm.learning_rate must be > 0, got {agent_cfg.algorithm.learning_rate}.")
+    if agent_cfg.algorithm.schedule not in ("adaptive", "fixed"):
+        raise UsageError(f"agent.algorithm.schedule must be 'adaptive' or 'fixed', got {agent_cfg.algorithm.schedule!r}.")
     slices = num_envs if agent_cfg.collector.sync else num_envs // num_collectors
     if not 1 <= agent_cfg.algorithm.num_mini_batches <= slices:
         raise UsageError(

@@ -46,30 +46,40 @@ def test_play_finds_latest_checkpoint_reports_returns_and_exports(trained_lstm_r
     assert scripted(torch.zeros(1, 4)).shape == (1, 1)
 
 
-def test_resume_continues_iterations_optimizer_and_logs(trained_lstm_run, tmp_path):
+def test_play_records_a_video_with_a_visualizer_and_says_when_there_is_none(trained_lstm_run):
     workdir, run_dir = trained_lstm_run
-    resumed_dir = os.path.join(tmp_path, "logs", "torchrl", "cartpole_direct_lstm", os.path.basename(run_dir))
-    shutil.copytree(run_dir, resumed_dir)
-    before = torch.load(os.path.join(resumed_dir, "model_3.pt"), weights_only=True)
-    process = run_script(
-        "train.py",
-        [*TASK, "--agent", "torchrl_lstm", "--num_envs", "32", "--max_iterations", "2", "--resume", *CPU_ARGS,
-         "agent.save_interval=2"],
-        cwd=tmp_path,
-    )
+    args = [*TASK, "--agent", "torchrl_lstm", "--num_envs", "2", "--num_episodes", "1", "--video", "--video_length", "20",
+            "--device", "cpu", "physics=newton_mjwarp"]
+    process = run_script("play.py", [*args, "--viz", "none"], cwd=workdir)
+    assert process.returncode == 2 and "--video needs a renderer or visualizer" in process.stderr, process.stderr[-2000:]
+    process = run_script("play.py", [*args, "--viz", "newton"], cwd=workdir)
     assert_ok(process)
-    assert "Resuming from" in process.stdout and "(iteration 3," in process.stdout
-    assert sorted(f for f in os.listdir(resumed_dir) if f.endswith(".pt")) == ["model_2.pt", "model_3.pt", "model_4.pt", "model_5.pt"]
-    after = torch.load(os.path.join(resumed_dir, "model_5.pt"), weights_only=True)
-    assert after["iteration"] == 5
-    # Adam's step counter continues from the checkpoint: 3 + 2 iterations of 5 epochs x 4 minibatches
-    steps = [s["step"] for s in after["optimizer"]["state"].values()]
-    assert all(int(step) == 5 * 5 * 4 for step in steps)
-    assert int(next(iter(before["optimizer"]["state"].values()))["step"]) == 3 * 5 * 4
-    tags = scalars(resumed_dir)
-    assert [step for step, _ in tags["Loss/surrogate"]] == [1, 2, 3, 4, 5], "one step axis, no gap, no reset"
+    videos = os.listdir(os.path.join(run_dir, "videos", "play"))
+    assert any(name.endswith(".mp4") for name in videos), videos
+
+
+def test_resume_continues_iterations_optimizer_and_logs(tmp_path):
+    """Train 20 iterations, stop, resume for 5: counters, optimizer, learning rate and policy carry on."""
+    mlp = [*TASK, "--agent", "torchrl", "--num_envs", "64", "--seed", "42", *CPU_ARGS, "agent.save_interval=10"]
+    assert_ok(run_script("train.py", [*mlp, "--max_iterations", "20"], cwd=tmp_path))
+    (run_dir,) = run_dirs(tmp_path, "cartpole_direct")
+    before = torch.load(os.path.join(run_dir, "model_20.pt"), weights_only=True)
+    process = run_script("train.py", [*mlp, "--max_iterations", "5", "--resume"], cwd=tmp_path)
+    assert_ok(process)
+    assert f"Resuming from {os.path.join(run_dir, 'model_20.pt')} (iteration 20," in process.stdout
     assert f"learning rate {before['learning_rate']:.6g})" in process.stdout, "the adaptive learning rate continues"
-    assert dict(tags["Loss/learning_rate"])[3] == pytest.approx(before["learning_rate"])
+    assert run_dirs(tmp_path, "cartpole_direct") == [run_dir], "a resumed run stays in its folder"
+    assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["model_10.pt", "model_20.pt", "model_25.pt"]
+    after = torch.load(os.path.join(run_dir, "model_25.pt"), weights_only=True)
+    assert after["iteration"] == 25
+    # Adam's step counts continue: 25 iterations of 5 epochs x 4 minibatches
+    assert {int(state["step"]) for state in before["optimizer"]["state"].values()} == {20 * 5 * 4}
+    assert {int(state["step"]) for state in after["optimizer"]["state"].values()} == {25 * 5 * 4}
+    tags = scalars(run_dir)
+    assert [step for step, _ in tags["Loss/surrogate"]] == list(range(1, 26)), "one step axis, no gap, no reset"
+    # not a fresh start: the action noise goes on from where training left it, far from a new policy's
+    std = dict(tags["Policy/mean_noise_std"])
+    assert abs(std[21] - std[20]) < 0.5 * abs(std[20] - std[1]), std
 
 
 @pytest.mark.parametrize("case", ["missing run", "truncated checkpoint", "other networks"])

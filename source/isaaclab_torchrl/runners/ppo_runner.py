@@ -67,7 +67,6 @@ class TorchRLRunner:
         self.log_dir = log_dir
         self.device = torch.device(cfg.device)
         self.train_device = torch.device(cfg.train_device or cfg.device)
-        self.num_envs = sum(factory.num_envs for factory in env_factories)
         torch.manual_seed(cfg.seed)
 
         self.actor, self.critic = make_models(
@@ -145,6 +144,7 @@ class TorchRLRunner:
             batch["advantage"] = (advantage - mean) / (std + 1e-8)
 
         num_slices = batch.shape[0]
+        # summed on the device and read once per update: no host sync per minibatch but the learning rate's
         sums = collections.defaultdict(float)
         num_updates = 0
         for _ in range(algo.num_learning_epochs):
@@ -159,7 +159,8 @@ class TorchRLRunner:
                 # k3 estimator of KL(behaviour || current) from the loss's ratio statistics: non-negative per sample
                 # and with less variance than kl_approx (k1), as the adaptive schedule needs
                 kl = (losses["mean_ratio"] - 1.0 + losses["kl_approx"]).detach()
-                self._adapt_learning_rate(float(kl))
+                if algo.schedule == "adaptive":
+                    self._adapt_learning_rate(float(kl))
                 self.optimizer.step()
                 for key, value in (
                     ("surrogate", losses["loss_objective"]),
@@ -168,9 +169,9 @@ class TorchRLRunner:
                     ("kl", kl),
                     ("grad_norm", grad_norm),
                 ):
-                    sums[key] += float(value.detach())
+                    sums[key] = sums[key] + value.detach()
                 num_updates += 1
-        return {key: value / num_updates for key, value in sums.items()}
+        return {key: float(value) / num_updates for key, value in sums.items()}
 
     def _check_finite(self, batch: TensorDictBase) -> None:
         """Stops on NaN/Inf in the observations or rewards, naming the key, before they reach the networks."""
@@ -187,8 +188,6 @@ class TorchRLRunner:
     def _adapt_learning_rate(self, kl: float) -> None:
         """rsl_rl's adaptive schedule: shrink the learning rate when the policy moved too far, grow it otherwise."""
         algo = self.cfg.algorithm
-        if algo.schedule != "adaptive":
-            return
         if kl > algo.desired_kl * 2.0:
             self.learning_rate = max(1e-5, self.learning_rate / 1.5)
         elif 0.0 < kl < algo.desired_kl / 2.0:
