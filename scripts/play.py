@@ -15,17 +15,17 @@ import time
 
 import torch
 import yaml
+from isaaclab_rl.entrypoints.common import add_video_args, apply_video_recording, pre_launch_video_config
 from torchrl.envs import InitTracker
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules.utils import get_primers_from_module
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
-from isaaclab_rl.entrypoints.common import add_video_args, apply_video_recording, pre_launch_video_config
 from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, env_interface
-from isaaclab_torchrl.models import make_models
 from isaaclab_torchrl.export import export_policy
+from isaaclab_torchrl.models import make_models
 from isaaclab_torchrl.runners import load_checkpoint, resolve_checkpoint
 
 
@@ -53,10 +53,13 @@ def main(argv: list[str]) -> int:
         # Isaac Lab records videos from a visualizer, configured on the env config before the launch
         pre_launch_video_config(env_cfg, args)
         try:
-            apply_video_recording(env_cfg, os.path.dirname(os.path.abspath(path)), args, subdir="play",
-                                  checkpoint_path=path)
+            apply_video_recording(
+                env_cfg, os.path.dirname(os.path.abspath(path)), args, subdir="play", checkpoint_path=path
+            )
         except ValueError as exc:
-            raise UsageError(f"--video needs a renderer or visualizer to record from, and none is available: {exc}")
+            raise UsageError(
+                f"--video needs a renderer or visualizer to record from, and none is available: {exc}"
+            ) from exc
     except (UsageError, FileNotFoundError, ValueError) as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
@@ -73,8 +76,10 @@ def main(argv: list[str]) -> int:
         actor.load_state_dict(checkpoint["actor"])
     except RuntimeError as exc:
         env.close()
-        print(f"[torchrl] error: checkpoint {path} does not fit task {args.task!r}: {str(exc).splitlines()[0]}",
-              file=sys.stderr)
+        print(
+            f"[torchrl] error: checkpoint {path} does not fit task {args.task!r}: {str(exc).splitlines()[0]}",
+            file=sys.stderr,
+        )
         return 2
     export_dir = os.path.join(os.path.dirname(os.path.abspath(path)), "exported")
     for exported in export_policy(actor, interface.actor_obs_dim, export_dir):
@@ -94,6 +99,7 @@ def main(argv: list[str]) -> int:
             for episode_return, length in zip(
                 (td["episode_reward"] + td["next", "reward"]).squeeze(-1)[done].tolist(),
                 (td["step_count"].squeeze(-1)[done] + 1).tolist(),
+                strict=True,
             ):
                 returns.append(episode_return)
                 lengths.append(length)
@@ -105,8 +111,10 @@ def main(argv: list[str]) -> int:
                 time.sleep(max(0.0, step_dt - (time.perf_counter() - step_start)))
     env.close()
     if returns:
-        print(f"[torchrl] mean return {sum(returns) / len(returns):.3f}, mean length "
-              f"{sum(lengths) / len(lengths):.1f} over {len(returns)} episodes")
+        print(
+            f"[torchrl] mean return {sum(returns) / len(returns):.3f}, mean length "
+            f"{sum(lengths) / len(lengths):.1f} over {len(returns)} episodes"
+        )
     else:
         print("[torchrl] no episode finished within --max_steps")
     return 0

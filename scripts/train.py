@@ -13,8 +13,9 @@ import os
 import sys
 from datetime import datetime
 
-import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab.utils.io import dump_yaml
+
+import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint, resolve_checkpoint
@@ -69,7 +70,9 @@ def validate(env_cfg, agent_cfg) -> None:
     if agent_cfg.algorithm.learning_rate <= 0:
         raise UsageError(f"agent.algorithm.learning_rate must be > 0, got {agent_cfg.algorithm.learning_rate}.")
     if agent_cfg.algorithm.schedule not in ("adaptive", "fixed"):
-        raise UsageError(f"agent.algorithm.schedule must be 'adaptive' or 'fixed', got {agent_cfg.algorithm.schedule!r}.")
+        raise UsageError(
+            f"agent.algorithm.schedule must be 'adaptive' or 'fixed', got {agent_cfg.algorithm.schedule!r}."
+        )
     slices = num_envs if agent_cfg.collector.sync else num_envs // num_collectors
     if not 1 <= agent_cfg.algorithm.num_mini_batches <= slices:
         raise UsageError(
@@ -130,8 +133,10 @@ def main(argv: list[str]) -> int:
         except ValueError as exc:
             print(f"[torchrl] error: {exc}", file=sys.stderr)
             return 2
-        print(f"[torchrl] Resuming from {checkpoint} (iteration {runner.iteration}, "
-              f"learning rate {runner.learning_rate:.6g})")
+        print(
+            f"[torchrl] Resuming from {checkpoint} (iteration {runner.iteration}, "
+            f"learning rate {runner.learning_rate:.6g})"
+        )
     else:
         dump_yaml(os.path.join(log_dir, "params", "env.yaml"), env_cfg)
         dump_yaml(os.path.join(log_dir, "params", "agent.yaml"), agent_cfg)

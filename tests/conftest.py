@@ -45,13 +45,14 @@ def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
     accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
     accumulator.Reload()
     return {
-        tag: [(event.step, event.value) for event in accumulator.Scalars(tag)]
-        for tag in accumulator.Tags()["scalars"]
+        tag: [(event.step, event.value) for event in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
     }
 
 
 def assert_ok(process: subprocess.CompletedProcess) -> None:
-    assert process.returncode == 0, f"exit {process.returncode}\nSTDOUT:\n{process.stdout[-4000:]}\nSTDERR:\n{process.stderr[-6000:]}"
+    assert process.returncode == 0, (
+        f"exit {process.returncode}\nSTDOUT:\n{process.stdout[-4000:]}\nSTDERR:\n{process.stderr[-6000:]}"
+    )
 
 
 @pytest.fixture

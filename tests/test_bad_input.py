@@ -9,7 +9,10 @@ from conftest import CPU_ARGS, run_script
 CASES = {
     "unknown task": (["--task", "Isaac-Does-Not-Exist"], "Unknown task 'Isaac-Does-Not-Exist'"),
     "task without a torchrl config": (["--task", "Isaac-Cartpole-Camera-Direct"], "has no torchrl agent config"),
-    "unknown agent": (["--task", "Isaac-Cartpole-Direct", "--agent", "torchrl_transformer"], "has no agent 'torchrl_transformer'"),
+    "unknown agent": (
+        ["--task", "Isaac-Cartpole-Direct", "--agent", "torchrl_transformer"],
+        "has no agent 'torchrl_transformer'",
+    ),
     "num_envs not divisible": (
         ["--task", "Isaac-Cartpole-Direct", "--num_envs", "10", "--num_collectors", "3"],
         "num_envs (10) must be a positive multiple of num_collectors (3)",

@@ -47,7 +47,11 @@ def test_exported_policies_match_the_actor(tmp_path, rnn_type):
     scripted = torch.jit.load(torchscript_path)
     session = onnxruntime.InferenceSession(onnx_path)
     input_names = [i.name for i in session.get_inputs()]
-    state = {name: np.zeros(i.shape, dtype=np.float32) for name, i in zip(input_names, session.get_inputs()) if name != "obs"}
+    state = {
+        name: np.zeros(i.shape, dtype=np.float32)
+        for name, i in zip(input_names, session.get_inputs(), strict=True)
+        if name != "obs"
+    }
     assert input_names == {None: ["obs"], "lstm": ["obs", "h_in", "c_in"], "gru": ["obs", "h_in"]}[rnn_type]
     for step in range(STEPS):
         if step == RESET_AT:
@@ -57,4 +61,4 @@ def test_exported_policies_match_the_actor(tmp_path, rnn_type):
             torch.testing.assert_close(scripted(observations[step]), expected[step], atol=1e-5, rtol=1e-5)
         outputs = session.run(None, {"obs": observations[step].numpy(), **state})
         np.testing.assert_allclose(outputs[0], expected[step].numpy(), atol=1e-5, rtol=1e-5)
-        state = dict(zip(state, outputs[1:]))
+        state = dict(zip(state, outputs[1:], strict=True))

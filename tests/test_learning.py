@@ -21,20 +21,44 @@ THRESHOLD = 3.5
 def _played_return(workdir, agent, checkpoint) -> float:
     process = run_script(
         "play.py",
-        ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", "16", "--num_episodes", "16",
-         "--checkpoint", checkpoint, *CPU_ARGS],
+        [
+            "--task",
+            "Isaac-Cartpole-Direct",
+            "--agent",
+            agent,
+            "--num_envs",
+            "16",
+            "--num_episodes",
+            "16",
+            "--checkpoint",
+            checkpoint,
+            *CPU_ARGS,
+        ],
         cwd=workdir,
     )
     assert_ok(process)
     return float(re.search(r"mean return (-?[\d.]+)", process.stdout).group(1))
 
 
-@pytest.mark.parametrize("agent, experiment", [("torchrl", "cartpole_direct"), ("torchrl_lstm", "cartpole_direct_lstm")])
+@pytest.mark.parametrize(
+    "agent, experiment", [("torchrl", "cartpole_direct"), ("torchrl_lstm", "cartpole_direct_lstm")]
+)
 def test_cartpole_reaches_return_threshold(workdir, agent, experiment):
     process = run_script(
         "train.py",
-        ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", "64", "--max_iterations", "100",
-         "--seed", "42", *CPU_ARGS],
+        [
+            "--task",
+            "Isaac-Cartpole-Direct",
+            "--agent",
+            agent,
+            "--num_envs",
+            "64",
+            "--max_iterations",
+            "100",
+            "--seed",
+            "42",
+            *CPU_ARGS,
+        ],
         cwd=workdir,
     )
     assert_ok(process)
@@ -46,9 +70,23 @@ def test_cartpole_reaches_return_threshold(workdir, agent, experiment):
 
     fresh = run_script(
         "train.py",
-        ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", "64", "--max_iterations", "1",
-         "--seed", "42", "--run_name", "fresh", *CPU_ARGS, "agent.algorithm.schedule=fixed",
-         "agent.algorithm.learning_rate=1e-12"],
+        [
+            "--task",
+            "Isaac-Cartpole-Direct",
+            "--agent",
+            agent,
+            "--num_envs",
+            "64",
+            "--max_iterations",
+            "1",
+            "--seed",
+            "42",
+            "--run_name",
+            "fresh",
+            *CPU_ARGS,
+            "agent.algorithm.schedule=fixed",
+            "agent.algorithm.learning_rate=1e-12",
+        ],
         cwd=workdir,
     )
     assert_ok(fresh)

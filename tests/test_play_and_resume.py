@@ -19,7 +19,17 @@ def trained_lstm_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("lstm_run")
     process = run_script(
         "train.py",
-        [*TASK, "--agent", "torchrl_lstm", "--num_envs", "32", "--max_iterations", "3", *CPU_ARGS, "agent.save_interval=2"],
+        [
+            *TASK,
+            "--agent",
+            "torchrl_lstm",
+            "--num_envs",
+            "32",
+            "--max_iterations",
+            "3",
+            *CPU_ARGS,
+            "agent.save_interval=2",
+        ],
         cwd=workdir,
     )
     assert_ok(process)
@@ -37,9 +47,14 @@ def test_play_finds_latest_checkpoint_reports_returns_and_exports(trained_lstm_r
     assert process.stdout.count("[torchrl] episode") >= 3 and "mean return" in process.stdout
     session = onnxruntime.InferenceSession(os.path.join(run_dir, "exported", "policy.onnx"))
     assert [i.name for i in session.get_inputs()] == ["obs", "h_in", "c_in"]
-    actions, h_out, c_out = session.run(None, {"obs": np.zeros((1, 4), np.float32),
-                                               "h_in": np.zeros((1, 1, 32), np.float32),
-                                               "c_in": np.zeros((1, 1, 32), np.float32)})
+    actions, h_out, c_out = session.run(
+        None,
+        {
+            "obs": np.zeros((1, 4), np.float32),
+            "h_in": np.zeros((1, 1, 32), np.float32),
+            "c_in": np.zeros((1, 1, 32), np.float32),
+        },
+    )
     assert actions.shape == (1, 1) and h_out.shape == (1, 1, 32)
     scripted = torch.jit.load(os.path.join(run_dir, "exported", "policy.pt"))
     scripted.reset()
@@ -48,10 +63,25 @@ def test_play_finds_latest_checkpoint_reports_returns_and_exports(trained_lstm_r
 
 def test_play_records_a_video_with_a_visualizer_and_says_when_there_is_none(trained_lstm_run):
     workdir, run_dir = trained_lstm_run
-    args = [*TASK, "--agent", "torchrl_lstm", "--num_envs", "2", "--num_episodes", "1", "--video", "--video_length", "20",
-            "--device", "cpu", "physics=newton_mjwarp"]
+    args = [
+        *TASK,
+        "--agent",
+        "torchrl_lstm",
+        "--num_envs",
+        "2",
+        "--num_episodes",
+        "1",
+        "--video",
+        "--video_length",
+        "20",
+        "--device",
+        "cpu",
+        "physics=newton_mjwarp",
+    ]
     process = run_script("play.py", [*args, "--viz", "none"], cwd=workdir)
-    assert process.returncode == 2 and "--video needs a renderer or visualizer" in process.stderr, process.stderr[-2000:]
+    assert process.returncode == 2 and "--video needs a renderer or visualizer" in process.stderr, process.stderr[
+        -2000:
+    ]
     process = run_script("play.py", [*args, "--viz", "newton"], cwd=workdir)
     assert_ok(process)
     videos = os.listdir(os.path.join(run_dir, "videos", "play"))
@@ -96,7 +126,16 @@ def test_bad_checkpoints_fail_cleanly_and_change_nothing(trained_lstm_run, tmp_p
             file.truncate(100)
         expected = "Cannot read checkpoint"
     else:  # resuming the LSTM run with the MLP agent
-        args = [*TASK, "--agent", "torchrl", "--num_envs", "4", *CPU_ARGS, "--checkpoint", os.path.join(copy, "model_2.pt")]
+        args = [
+            *TASK,
+            "--agent",
+            "torchrl",
+            "--num_envs",
+            "4",
+            *CPU_ARGS,
+            "--checkpoint",
+            os.path.join(copy, "model_2.pt"),
+        ]
         expected = "does not fit"
     snapshot = {name: os.path.getsize(os.path.join(copy, name)) for name in os.listdir(copy)}
     scripts = [("play.py", []), ("train.py", ["--resume", "--max_iterations", "1"])]

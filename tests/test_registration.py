@@ -5,10 +5,10 @@ import subprocess
 import sys
 
 import gymnasium as gym
+from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
 
 import isaaclab_torchrl  # noqa: F401
 from conftest import REPO, script_env
-from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
 from isaaclab_torchrl.agents import ENTRY_POINT, LSTM_ENTRY_POINT, TorchRLRunnerCfg, agent_entry_point, register_agents
 
 
@@ -51,9 +51,29 @@ def test_isaaclab_builtin_torchrl_backend_still_trains(tmp_path):
         "sys.exit(run_train_cli(sys.argv[1:]))\n"
     )
     process = subprocess.run(
-        [sys.executable, "-c", code, "--rl_library", "torchrl", "--task", "Isaac-Cartpole-Direct", "--num_envs", "16",
-         "--device", "cpu", "--viz", "none", "--max_iterations", "1", "physics=newton_mjwarp"],
-        cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            code,
+            "--rl_library",
+            "torchrl",
+            "--task",
+            "Isaac-Cartpole-Direct",
+            "--num_envs",
+            "16",
+            "--device",
+            "cpu",
+            "--viz",
+            "none",
+            "--max_iterations",
+            "1",
+            "physics=newton_mjwarp",
+        ],
+        cwd=tmp_path,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert process.returncode == 0, process.stderr[-4000:]
     assert os.path.isdir(os.path.join(tmp_path, "logs", "torchrl", "cartpole_direct")), process.stdout[-2000:]

@@ -11,9 +11,21 @@ def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
     process = run_script(
         "train.py",
         [
-            "--task", "Isaac-Cartpole-Direct", "--agent", "torchrl_lstm", "--num_envs", "32",
-            "--num_collectors", "2", "--max_iterations", "5", "--run_name", "e2e", *CPU_ARGS,
-            "agent.algorithm.learning_rate=3e-4", "agent.save_interval=2",
+            "--task",
+            "Isaac-Cartpole-Direct",
+            "--agent",
+            "torchrl_lstm",
+            "--num_envs",
+            "32",
+            "--num_collectors",
+            "2",
+            "--max_iterations",
+            "5",
+            "--run_name",
+            "e2e",
+            *CPU_ARGS,
+            "agent.algorithm.learning_rate=3e-4",
+            "agent.save_interval=2",
         ],
         cwd=workdir,
     )
@@ -40,9 +52,18 @@ def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
 
     tags = scalars(run_dir)
     for tag in (
-        "Loss/surrogate", "Loss/value_function", "Loss/entropy", "Loss/kl", "Loss/learning_rate", "Loss/grad_norm",
-        "Perf/total_fps", "Perf/collection time", "Perf/learning_time", "Perf/policy_lag",
-        "Train/mean_reward", "Train/mean_episode_length",
+        "Loss/surrogate",
+        "Loss/value_function",
+        "Loss/entropy",
+        "Loss/kl",
+        "Loss/learning_rate",
+        "Loss/grad_norm",
+        "Perf/total_fps",
+        "Perf/collection time",
+        "Perf/learning_time",
+        "Perf/policy_lag",
+        "Train/mean_reward",
+        "Train/mean_episode_length",
         "Metrics/success_rate",  # Isaac Lab's extras["log"] term of Cartpole-Direct, carried from the workers
     ):
         assert tag in tags, f"{tag} missing from TensorBoard (have {sorted(tags)})"

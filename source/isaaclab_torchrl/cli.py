@@ -7,7 +7,6 @@ import argparse
 
 import gymnasium as gym
 import torch
-
 from isaaclab.app import add_launcher_args
 from isaaclab_tasks.utils import resolve_task_config, setup_preset_cli
 

@@ -8,9 +8,9 @@ import multiprocessing
 from typing import Any
 
 import torch
+from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Composite, Unbounded
-from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
 from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
 
 from .models import EnvInterface

@@ -120,7 +120,11 @@ def export_policy(actor, obs_dim: int, folder: str, num_envs: int = 1) -> tuple[
         if isinstance(rnn, nn.LSTM):
             step = _LstmStep(rnn, mlp)
             stateful = _StatefulLstmPolicy(step, num_envs).to(device)
-            inputs, input_names, output_names = (obs, state, state), ["obs", "h_in", "c_in"], ["actions", "h_out", "c_out"]
+            inputs, input_names, output_names = (
+                (obs, state, state),
+                ["obs", "h_in", "c_in"],
+                ["actions", "h_out", "c_out"],
+            )
         else:
             step = _GruStep(rnn, mlp)
             stateful = _StatefulGruPolicy(step, num_envs).to(device)

@@ -36,11 +36,13 @@ def _activation(name: str) -> type[nn.Module]:
     try:
         return classes[name.lower()]
     except KeyError:
-        raise ValueError(f"agent.policy.activation={name!r} is not supported; choose one of {sorted(classes)}.") from None
+        raise ValueError(
+            f"agent.policy.activation={name!r} is not supported; choose one of {sorted(classes)}."
+        ) from None
 
 
 def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name: str, backend: str, device):
-    """An LSTM/GRU module reading ``in_key`` and writing ``<name>_features``, with its hidden state under ``<name>_h``."""
+    """An LSTM/GRU module reading ``in_key`` and writing ``<name>_features``; its state is ``<name>_h[/_c]``."""
     if cfg.rnn_type == "lstm":
         return LSTMModule(
             input_size=input_size,
@@ -79,7 +81,8 @@ def make_models(
         raise ValueError(f"agent.policy.rnn_type={cfg.rnn_type!r} is not supported; choose one of {RNN_TYPES} or None.")
     if recurrent_backend not in RECURRENT_BACKENDS:
         raise ValueError(
-            f"agent.collector.recurrent_backend={recurrent_backend!r} is not supported; choose one of {RECURRENT_BACKENDS}."
+            f"agent.collector.recurrent_backend={recurrent_backend!r} is not supported; "
+            f"choose one of {RECURRENT_BACKENDS}."
         )
     activation = _activation(cfg.activation)
     actor_layers, critic_layers = [], []
@@ -92,7 +95,9 @@ def make_models(
             critic_layers.append(actor_rnn)
             critic_in = "actor_rnn_features"
         else:
-            critic_layers.append(_recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", recurrent_backend, device))
+            critic_layers.append(
+                _recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", recurrent_backend, device)
+            )
             critic_in = "critic_rnn_features"
         actor_in = "actor_rnn_features"
         actor_in_dim = critic_in_dim = cfg.rnn_hidden_size

@@ -179,7 +179,7 @@ class TorchRLRunner:
         keys = [*keys, ("next", FINAL_OBS_KEY, self.interface.critic_obs_key), ("next", "reward")]
         finite = torch.stack([torch.isfinite(batch[key]).all() for key in keys])
         if not bool(finite.all()):
-            bad = [key for key, ok in zip(keys, finite.tolist()) if not ok]
+            bad = [key for key, ok in zip(keys, finite.tolist(), strict=True) if not ok]
             raise FloatingPointError(
                 f"Non-finite values (NaN/Inf) in {bad} of the batch collected for iteration {self.iteration + 1}: "
                 "the simulation diverged; no update was made with this batch."
