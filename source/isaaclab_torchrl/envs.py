@@ -59,7 +59,9 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         return out
 
     def _episode_log(self, done: torch.Tensor) -> TensorDict:
-        log = self.unwrapped.extras.get("log", {}) if bool(done.any()) else {}
+        # extras["log"] is refreshed on the steps with resets and stale otherwise; masking by done keeps only
+        # fresh values, without a host sync to ask whether any environment was reset
+        log = self.unwrapped.extras.get("log", {})
         values = {}
         for name in self.log_names:
             value = torch.as_tensor(log.get(name, torch.nan), dtype=torch.float32, device=self.device)
