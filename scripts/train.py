@@ -119,6 +119,7 @@ def main(argv: list[str]) -> int:
             num_envs=env_cfg.scene.num_envs // num_collectors,
             seed=agent_cfg.seed + index,
             clip_actions=agent_cfg.clip_actions,
+            random_episode_start=agent_cfg.init_at_random_ep_len,
         )
         for index in range(num_collectors)
     ]

@@ -11,6 +11,7 @@ from isaaclab.app import add_launcher_args
 from isaaclab_tasks.utils import resolve_task_config, setup_preset_cli
 
 from .agents import AGENT_ALIASES, agent_entry_point
+from .envs import use_available_actuators
 
 PRESET_SELECTORS = ("physics", "renderer", "presets")
 
@@ -81,6 +82,7 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
     if args.seed is not None:
         agent_cfg.seed = args.seed
     env_cfg.seed = agent_cfg.seed
+    use_available_actuators(env_cfg)
     return env_cfg, agent_cfg
 
 

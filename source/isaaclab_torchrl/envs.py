@@ -4,6 +4,7 @@ collector subprocess, and the torchrl wrapper the runner trains on."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 from typing import Any
 
@@ -14,6 +15,8 @@ from torchrl.data import Composite, Unbounded
 from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
 
 from .models import EnvInterface
+
+logger = logging.getLogger(__name__)
 
 FINAL_OBS_KEY = "final_obs"
 """Sub-tensordict of ``"next"`` with the true next observation of the critic's input (see :class:`IsaacLabEnv`)."""
@@ -34,9 +37,10 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
       environments that were reset at that step, NaN elsewhere, so a NaN-mean gives the per-episode mean.
     """
 
-    def __init__(self, env, clip_actions: float | None, critic_obs_key: str):
+    def __init__(self, env, clip_actions: float | None, critic_obs_key: str, random_episode_start: bool = False):
         super().__init__(env, clip_actions=clip_actions)
         self.critic_obs_key = critic_obs_key
+        self.random_episode_start = random_episode_start
         # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets)
         self.env.reset()
         self.log_names = sorted(self.unwrapped.extras.get("log", {}).keys())
@@ -58,6 +62,15 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
             out[EPISODE_LOG_KEY] = self._episode_log(out["done"])
         return out
 
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        out = super()._reset(tensordict, **kwargs)
+        full_reset = tensordict is None or tensordict.get("_reset", None) is None
+        if full_reset and self.random_episode_start:
+            # rsl_rl's init_at_random_ep_len: spread the first time-outs so episodes do not end in lockstep
+            lengths = self.unwrapped.episode_length_buf
+            lengths[:] = torch.randint_like(lengths, high=int(self.unwrapped.max_episode_length))
+        return out
+
     def _episode_log(self, done: torch.Tensor) -> TensorDict:
         # extras["log"] is refreshed on the steps with resets and stale otherwise; masking by done keeps only
         # fresh values, without a host sync to ask whether any environment was reset
@@ -67,6 +80,32 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
             value = torch.as_tensor(log.get(name, torch.nan), dtype=torch.float32, device=self.device)
             values[name] = torch.where(done, value.reshape(()), torch.nan)
         return TensorDict(values, batch_size=self.batch_size)
+
+
+def use_available_actuators(env_cfg) -> None:
+    """Swaps ANYmal's ANYdrive actuator network for its DC-motor model when the network file cannot be found.
+
+    The network lives on Isaac Lab's asset server; offline (e.g. with the vendored asset root) it is missing,
+    and the DC-motor model of the same drive (``ANYDRIVE_3_SIMPLE_ACTUATOR_CFG``) is the documented stand-in.
+    """
+    robot = getattr(getattr(env_cfg, "scene", None), "robot", None)
+    actuators = getattr(robot, "actuators", None)
+    if not isinstance(actuators, dict):
+        return
+    from isaaclab.utils.assets import check_file_path
+
+    for name, actuator in actuators.items():
+        network_file = str(getattr(actuator, "network_file", "") or "")
+        if not network_file.endswith("anydrive_3_lstm_jit.pt") or check_file_path(network_file):
+            continue
+        from isaaclab_assets.robots.anymal import ANYDRIVE_3_SIMPLE_ACTUATOR_CFG
+
+        logger.warning(
+            "Actuator network %s not found: actuator group %r uses the DC-motor model ANYDRIVE_3_SIMPLE_ACTUATOR_CFG.",
+            network_file,
+            name,
+        )
+        actuators[name] = ANYDRIVE_3_SIMPLE_ACTUATOR_CFG.replace(joint_names_expr=actuator.joint_names_expr)
 
 
 def critic_obs_key(groups) -> str:
@@ -88,15 +127,26 @@ class IsaacLabEnvFactory:
         num_envs: Environments simulated by this factory's environment.
         seed: Seed of this environment.
         clip_actions: Action clipping range, or ``None``.
+        random_episode_start: Start the first episodes at random points of their time limit.
     """
 
-    def __init__(self, task: str, env_cfg: Any, launcher_args: dict, num_envs: int, seed: int, clip_actions=None):
+    def __init__(
+        self,
+        task: str,
+        env_cfg: Any,
+        launcher_args: dict,
+        num_envs: int,
+        seed: int,
+        clip_actions=None,
+        random_episode_start: bool = False,
+    ):
         self.task = task
         self.env_cfg = env_cfg
         self.launcher_args = launcher_args
         self.num_envs = num_envs
         self.seed = seed
         self.clip_actions = clip_actions
+        self.random_episode_start = random_episode_start
 
     def __call__(self) -> TransformedEnv:
         import gymnasium as gym
@@ -113,7 +163,12 @@ class IsaacLabEnvFactory:
         env = gym.make(self.task, cfg=env_cfg)
         spec = env.unwrapped.single_observation_space
         _check_observation_groups(spec)
-        wrapped = IsaacLabEnv(env, clip_actions=self.clip_actions, critic_obs_key=critic_obs_key(spec.spaces))
+        wrapped = IsaacLabEnv(
+            env,
+            clip_actions=self.clip_actions,
+            critic_obs_key=critic_obs_key(spec.spaces),
+            random_episode_start=self.random_episode_start,
+        )
         # the runtime closes when the environment is garbage-collected with it
         wrapped._simulation = simulation
         return TransformedEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))

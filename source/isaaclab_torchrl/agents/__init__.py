@@ -20,6 +20,14 @@ TASK_AGENTS = {
         ENTRY_POINT: f"{__name__}.cartpole:CartpolePPORunnerCfg",
         LSTM_ENTRY_POINT: f"{__name__}.cartpole:CartpoleLstmPPORunnerCfg",
     },
+    "Isaac-Velocity-Flat-AnymalD": {
+        ENTRY_POINT: f"{__name__}.anymal_d:AnymalDFlatPPORunnerCfg",
+        LSTM_ENTRY_POINT: f"{__name__}.anymal_d:AnymalDFlatLstmPPORunnerCfg",
+    },
+    "Isaac-Velocity-Rough-AnymalD": {
+        ENTRY_POINT: f"{__name__}.anymal_d:AnymalDRoughPPORunnerCfg",
+        LSTM_ENTRY_POINT: f"{__name__}.anymal_d:AnymalDRoughLstmPPORunnerCfg",
+    },
 }
 
 

@@ -87,6 +87,9 @@ class TorchRLRunnerCfg:
     logger: str = "tensorboard"
     clip_actions: float | None = None
     """Clipping range of the actions sent to the environment; ``None`` disables it."""
+    init_at_random_ep_len: bool = True
+    """Start the first episodes at random points of their time limit (rsl_rl's option of the same name), so
+    that episodes do not all time out in the same step."""
     policy: TorchRLPolicyCfg = MISSING
     algorithm: TorchRLPpoCfg = MISSING
     collector: TorchRLCollectorCfg = TorchRLCollectorCfg()
