@@ -65,11 +65,18 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"[torchrl] Playing checkpoint: {path}")
 
+    # the network and observation groups the checkpoint was trained with, not the registry's current default
+    trained_cfg = yaml.safe_load(checkpoint["config"])
+    policy_cfg = TorchRLPolicyCfg(**trained_cfg["policy"])
     env = IsaacLabEnvFactory(
-        args.task, env_cfg, launcher_args(args), env_cfg.scene.num_envs, agent_cfg.seed, agent_cfg.clip_actions
+        args.task,
+        env_cfg,
+        launcher_args(args),
+        env_cfg.scene.num_envs,
+        agent_cfg.seed,
+        agent_cfg.clip_actions,
+        obs_groups=trained_cfg.get("obs_groups"),
     )()
-    # the network the checkpoint was trained with, not the registry's current default
-    policy_cfg = TorchRLPolicyCfg(**yaml.safe_load(checkpoint["config"])["policy"])
     interface = env_interface(env)
     actor, _ = make_models(policy_cfg, interface, args.device)
     try:

@@ -9,7 +9,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.export import export_policy
-from isaaclab_torchrl.models import EnvInterface, make_models
+from isaaclab_torchrl.models import EnvInterface, make_models, observation_normalizers
 
 OBS, ACT, ENVS, STEPS, RESET_AT = 5, 3, 4, 7, 4
 
@@ -34,12 +34,22 @@ def _policy_actions(actor, rnn_type, observations):
     return torch.stack(actions)
 
 
-@pytest.mark.parametrize("rnn_type", [None, "lstm", "gru"])
-def test_exported_policies_match_the_actor(tmp_path, rnn_type):
+@pytest.mark.parametrize(("rnn_type", "normalize"), [(None, False), (None, True), ("lstm", True), ("gru", True)])
+def test_exported_policies_match_the_actor(tmp_path, rnn_type, normalize):
     torch.manual_seed(0)
-    cfg = TorchRLPolicyCfg(rnn_type=rnn_type, rnn_hidden_size=16, actor_hidden_dims=[8, 8], critic_hidden_dims=[8])
-    actor, _ = make_models(cfg, EnvInterface("policy", OBS, "policy", OBS, ACT), "cpu")
-    observations = torch.randn(STEPS, ENVS, OBS)
+    cfg = TorchRLPolicyCfg(
+        rnn_type=rnn_type,
+        rnn_hidden_size=16,
+        actor_hidden_dims=[8, 8],
+        critic_hidden_dims=[8],
+        actor_obs_normalization=normalize,
+    )
+    actor, _ = make_models(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, ACT), "cpu")
+    observations = 3.0 + 2.0 * torch.randn(STEPS, ENVS, OBS)
+    for normalizer in observation_normalizers(actor):
+        # statistics far from the initial (0, 1), so that an export without them would act differently
+        normalizer.update(3.0 + 2.0 * torch.randn(1000, OBS))
+    assert len(observation_normalizers(actor)) == int(normalize)
     expected = _policy_actions(actor, rnn_type, observations)
 
     torchscript_path, onnx_path = export_policy(actor, OBS, str(tmp_path), num_envs=ENVS)

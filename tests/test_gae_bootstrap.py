@@ -112,13 +112,13 @@ def _reference_gae(batch, values, next_values):
 @pytest.mark.parametrize("rnn_type", [None, "lstm"])
 def test_gae_matches_reference(rnn_type):
     cfg = TorchRLPolicyCfg(rnn_type=rnn_type, rnn_hidden_size=5, actor_hidden_dims=[6], critic_hidden_dims=[6])
-    interface = EnvInterface("policy", OBS, "policy", OBS, 2)
+    interface = EnvInterface(("policy",), OBS, ("policy",), OBS, 2)
     torch.manual_seed(1)
     _, critic = make_models(cfg, interface, "cpu")
     batch = _batch({"critic_rnn_h": 5, "critic_rnn_c": 5} if rnn_type else {})
     gae = GAE(gamma=GAMMA, lmbda=LAM, value_network=critic, average_gae=False, shifted=True)
 
-    out = compute_advantages(gae, batch.clone(), "policy")
+    out = compute_advantages(gae, batch.clone(), ("policy",))
 
     with torch.no_grad():
         values, next_values = _reference_values(critic, batch, recurrent=rnn_type is not None)
@@ -131,12 +131,12 @@ def test_gae_matches_reference(rnn_type):
 def test_time_out_bootstrap_uses_the_final_observation():
     """Replacing a time-out's final observation changes its advantage; replacing a termination's does not."""
     cfg = TorchRLPolicyCfg(actor_hidden_dims=[6], critic_hidden_dims=[6])
-    _, critic = make_models(cfg, EnvInterface("policy", OBS, "policy", OBS, 2), "cpu")
+    _, critic = make_models(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, 2), "cpu")
     gae = GAE(gamma=GAMMA, lmbda=LAM, value_network=critic, average_gae=False, shifted=True)
     batch = _batch({})
-    base = compute_advantages(gae, batch.clone(), "policy")["advantage"]
+    base = compute_advantages(gae, batch.clone(), ("policy",))["advantage"]
     for (env, step), should_change in (((0, 5), True), ((0, 2), False), ((2, 7), False), ((1, 7), True)):
         changed = batch.clone()
         changed["next", "final_obs", "policy"][env, step] += 10.0
-        advantage = compute_advantages(gae, changed, "policy")["advantage"]
+        advantage = compute_advantages(gae, changed, ("policy",))["advantage"]
         assert bool((advantage[env, step] != base[env, step]).any()) == should_change, (env, step)

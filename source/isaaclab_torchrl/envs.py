@@ -27,26 +27,35 @@ EPISODE_LOG_KEY = "episode_log"
 class IsaacLabEnv(IsaacLabTorchRLWrapper):
     """Isaac Lab's torchrl wrapper (observation groups as keys, true final observations on done steps) plus:
 
-    * ``("next", "final_obs", <critic key>)`` repeats the critic's next observation. ``compact_obs=True``
-      drops ``("next", <obs>)`` from the collected batches, but a time-out's final observation and the
-      observation after the rollout's last step cannot be recovered from the root observations, and GAE
-      needs both to bootstrap with V(s_T). The entry is declared in the reward spec, the spec of per-step
-      outputs that are neither dropped by ``compact_obs`` nor carried to the next step by ``step_mdp``.
+    * ``("next", "final_obs", <group>)`` repeats the next observation of each group the critic reads.
+      ``compact_obs=True`` drops ``("next", <obs>)`` from the collected batches, but a time-out's final
+      observation and the observation after the rollout's last step cannot be recovered from the root
+      observations, and GAE needs both to bootstrap with V(s_T). The entry is declared in the reward spec,
+      the spec of per-step outputs that are neither dropped by ``compact_obs`` nor carried to the next step
+      by ``step_mdp``.
     * ``("next", "episode_log", <name>)`` carries Isaac Lab's ``extras["log"]`` terms (``Episode_Reward/*``,
       ``Episode_Termination/*``, ``Curriculum/*``, ...) out of the worker: the value on the rows of the
       environments that were reset at that step, NaN elsewhere, so a NaN-mean gives the per-episode mean.
+
+    Args:
+        env: The Isaac Lab environment.
+        clip_actions: Action clipping range, or ``None``.
+        obs_groups: The runner's ``obs_groups`` (see :func:`resolve_obs_groups`).
+        random_episode_start: Start the first episodes at random points of their time limit.
     """
 
-    def __init__(self, env, clip_actions: float | None, critic_obs_key: str, random_episode_start: bool = False):
+    def __init__(
+        self, env, clip_actions: float | None, obs_groups: dict | None = None, random_episode_start: bool = False
+    ):
         super().__init__(env, clip_actions=clip_actions)
-        self.critic_obs_key = critic_obs_key
+        self.obs_groups = resolve_obs_groups(obs_groups, self.unwrapped.single_observation_space)
         self.random_episode_start = random_episode_start
         # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets)
         self.env.reset()
         self.log_names = sorted(self.unwrapped.extras.get("log", {}).keys())
         rewards = self.full_reward_spec.clone()
         rewards[FINAL_OBS_KEY] = Composite(
-            {critic_obs_key: self.observation_spec[critic_obs_key].clone()}, shape=self.batch_size
+            {key: self.observation_spec[key].clone() for key in self.obs_groups["critic"]}, shape=self.batch_size
         )
         if self.log_names:
             rewards[EPISODE_LOG_KEY] = Composite(
@@ -57,7 +66,7 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         out = super()._step(tensordict)
-        out[FINAL_OBS_KEY] = TensorDict({self.critic_obs_key: out[self.critic_obs_key]}, batch_size=self.batch_size)
+        out[FINAL_OBS_KEY] = out.select(*self.obs_groups["critic"])
         if self.log_names:
             out[EPISODE_LOG_KEY] = self._episode_log(out["done"])
         return out
@@ -108,9 +117,38 @@ def use_available_actuators(env_cfg) -> None:
         actuators[name] = ANYDRIVE_3_SIMPLE_ACTUATOR_CFG.replace(joint_names_expr=actuator.joint_names_expr)
 
 
-def critic_obs_key(groups) -> str:
-    """The observation group the critic reads: ``critic`` when the task defines it, else ``policy``."""
-    return "critic" if "critic" in groups else "policy"
+def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
+    """The observation groups the actor and the critic read, checked against the task's observation space.
+
+    Like rsl_rl: without an ``"actor"`` entry the actor reads ``policy``; without a ``"critic"`` entry the critic
+    reads ``critic`` when the task defines it (asymmetric actor-critic), else the actor's groups.
+
+    Raises:
+        ValueError: a group the task does not have, or one that is not a flat vector (images, nested groups).
+    """
+    import gymnasium as gym
+
+    obs_groups = dict(obs_groups or {})
+    unknown_sets = sorted(set(obs_groups) - {"actor", "critic"})
+    if unknown_sets:
+        raise ValueError(f"agent.obs_groups has entries {unknown_sets}; only 'actor' and 'critic' are read.")
+    groups = space.spaces
+    actor = list(obs_groups.get("actor") or ["policy"])
+    critic = list(obs_groups.get("critic") or (["critic"] if "critic" in groups else actor))
+    for name, keys in (("actor", actor), ("critic", critic)):
+        for key in keys:
+            if key not in groups:
+                raise ValueError(
+                    f"The {name} reads observation group {key!r}, which the task does not have "
+                    f"(groups: {sorted(groups)}); set agent.obs_groups."
+                )
+            group = groups[key]
+            if not isinstance(group, gym.spaces.Box) or len(group.shape) != 1:
+                raise ValueError(
+                    f"Observation group {key!r} is {group}; the torchrl runner reads flat vector groups only "
+                    "(set concatenate_terms=True for the group; image observations are not supported yet)."
+                )
+    return {"actor": actor, "critic": critic}
 
 
 class IsaacLabEnvFactory:
@@ -127,6 +165,7 @@ class IsaacLabEnvFactory:
         num_envs: Environments simulated by this factory's environment.
         seed: Seed of this environment.
         clip_actions: Action clipping range, or ``None``.
+        obs_groups: The runner's ``obs_groups`` (see :func:`resolve_obs_groups`).
         random_episode_start: Start the first episodes at random points of their time limit.
     """
 
@@ -138,6 +177,7 @@ class IsaacLabEnvFactory:
         num_envs: int,
         seed: int,
         clip_actions=None,
+        obs_groups: dict | None = None,
         random_episode_start: bool = False,
     ):
         self.task = task
@@ -146,6 +186,7 @@ class IsaacLabEnvFactory:
         self.num_envs = num_envs
         self.seed = seed
         self.clip_actions = clip_actions
+        self.obs_groups = obs_groups
         self.random_episode_start = random_episode_start
 
     def __call__(self) -> TransformedEnv:
@@ -161,12 +202,10 @@ class IsaacLabEnvFactory:
         simulation = launch_simulation(env_cfg, dict(self.launcher_args))
         simulation.__enter__()
         env = gym.make(self.task, cfg=env_cfg)
-        spec = env.unwrapped.single_observation_space
-        _check_observation_groups(spec)
         wrapped = IsaacLabEnv(
             env,
             clip_actions=self.clip_actions,
-            critic_obs_key=critic_obs_key(spec.spaces),
+            obs_groups=self.obs_groups,
             random_episode_start=self.random_episode_start,
         )
         # the runtime closes when the environment is garbage-collected with it
@@ -174,30 +213,15 @@ class IsaacLabEnvFactory:
         return TransformedEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
 
 
-def _check_observation_groups(space) -> None:
-    import gymnasium as gym
-
-    if "policy" not in space.spaces:
-        raise ValueError(f"The task has no 'policy' observation group (groups: {sorted(space.spaces)}).")
-    for name, group in space.spaces.items():
-        if name not in ("policy", "critic"):
-            continue
-        if not isinstance(group, gym.spaces.Box) or len(group.shape) != 1:
-            raise ValueError(
-                f"Observation group {name!r} is {group}; the torchrl runner supports flat vector groups only "
-                "(set concatenate_terms=True for the group; image observations are not supported yet)."
-            )
-
-
 def env_interface(env) -> EnvInterface:
-    """Reads observation and action sizes from a wrapped environment."""
+    """Reads the observation groups of actor and critic, their sizes and the action size from a wrapped env."""
     obs_spec = env.observation_spec
-    critic_key = critic_obs_key(obs_spec.keys())
+    groups = env.base_env.obs_groups
     return EnvInterface(
-        actor_obs_key="policy",
-        actor_obs_dim=int(obs_spec["policy"].shape[-1]),
-        critic_obs_key=critic_key,
-        critic_obs_dim=int(obs_spec[critic_key].shape[-1]),
+        actor_obs_keys=tuple(groups["actor"]),
+        actor_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in groups["actor"]),
+        critic_obs_keys=tuple(groups["critic"]),
+        critic_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in groups["critic"]),
         action_dim=int(env.action_spec.shape[-1]),
     )
 
@@ -220,7 +244,12 @@ def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> 
     the collector workers start, and this is where it learns them.
     """
     probe = IsaacLabEnvFactory(
-        factory.task, factory.env_cfg, factory.launcher_args, num_envs=1, seed=factory.seed, clip_actions=None
+        factory.task,
+        factory.env_cfg,
+        factory.launcher_args,
+        num_envs=1,
+        seed=factory.seed,
+        obs_groups=factory.obs_groups,
     )
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()

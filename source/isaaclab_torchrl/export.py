@@ -1,8 +1,9 @@
 """Deployable copies of a trained actor: TorchScript (``policy.pt``) and ONNX (``policy.onnx``).
 
-Both compute the deterministic action (the Gaussian mean). A recurrent policy's hidden state is explicit in
-ONNX (inputs ``obs, h_in[, c_in]``, outputs ``actions, h_out[, c_out]``); the TorchScript module keeps it as a
-buffer, carried across calls, and zeroes it with ``reset()``.
+Both compute the deterministic action (the Gaussian mean) from the actor's observation groups concatenated in
+the order of ``obs_groups["actor"]``, normalised inside with the trained running statistics. A recurrent
+policy's hidden state is explicit in ONNX (inputs ``obs, h_in[, c_in]``, outputs ``actions, h_out[, c_out]``);
+the TorchScript module keeps it as a buffer, carried across calls, and zeroes it with ``reset()``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,14 @@ import torch
 from torch import nn
 from torchrl.modules import GRUModule, LSTMModule
 
+from .models import observation_normalizers
 
-def _actor_parts(actor) -> tuple[nn.Module | None, nn.Module]:
-    """The actor's recurrent layer (``nn.LSTM``/``nn.GRU``, or ``None``) and the MLP that outputs the mean."""
+
+def _actor_parts(actor) -> tuple[nn.Module, nn.Module | None, nn.Module]:
+    """The actor's input normalizer (identity without normalisation), its recurrent layer (``nn.LSTM``/``nn.GRU``,
+    or ``None``) and the MLP that outputs the mean."""
+    normalizers = observation_normalizers(actor)
+    normalizer = normalizers[0] if normalizers else nn.Identity()
     rnn = None
     for module in actor.modules():
         if isinstance(module, LSTMModule):
@@ -24,16 +30,17 @@ def _actor_parts(actor) -> tuple[nn.Module | None, nn.Module]:
             rnn = module.gru
     mean_module = next(m for m in actor.modules() if getattr(m, "out_keys", None) == ["loc"])
     # torchrl's MLP is an nn.Sequential whose variadic forward TorchScript rejects; its layers are re-used as is
-    return rnn, nn.Sequential(*mean_module.module)
+    return normalizer, rnn, nn.Sequential(*mean_module.module)
 
 
 class _MlpPolicy(nn.Module):
-    def __init__(self, mlp: nn.Module):
+    def __init__(self, normalizer: nn.Module, mlp: nn.Module):
         super().__init__()
+        self.normalizer = normalizer
         self.mlp = mlp
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.mlp(obs)
+        return self.mlp(self.normalizer(obs))
 
     @torch.jit.export
     def reset(self) -> None:
@@ -44,24 +51,26 @@ class _LstmStep(nn.Module):
     """One step of the LSTM policy with explicit state: (obs, h, c) -> (actions, h, c). Shapes [B, ...] and
     [num_layers, B, hidden]."""
 
-    def __init__(self, rnn: nn.LSTM, mlp: nn.Module):
+    def __init__(self, normalizer: nn.Module, rnn: nn.LSTM, mlp: nn.Module):
         super().__init__()
+        self.normalizer = normalizer
         self.rnn = rnn
         self.mlp = mlp
 
     def forward(self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
-        features, (h, c) = self.rnn(obs.unsqueeze(1), (h, c))
+        features, (h, c) = self.rnn(self.normalizer(obs).unsqueeze(1), (h, c))
         return self.mlp(features.squeeze(1)), h, c
 
 
 class _GruStep(nn.Module):
-    def __init__(self, rnn: nn.GRU, mlp: nn.Module):
+    def __init__(self, normalizer: nn.Module, rnn: nn.GRU, mlp: nn.Module):
         super().__init__()
+        self.normalizer = normalizer
         self.rnn = rnn
         self.mlp = mlp
 
     def forward(self, obs: torch.Tensor, h: torch.Tensor):
-        features, h = self.rnn(obs.unsqueeze(1), h)
+        features, h = self.rnn(self.normalizer(obs).unsqueeze(1), h)
         return self.mlp(features.squeeze(1)), h
 
 
@@ -108,17 +117,17 @@ def export_policy(actor, obs_dim: int, folder: str, num_envs: int = 1) -> tuple[
         The paths of the two files.
     """
     os.makedirs(folder, exist_ok=True)
-    rnn, mlp = _actor_parts(actor)
+    normalizer, rnn, mlp = _actor_parts(actor)
     device = next(mlp.parameters()).device
     obs = torch.zeros(num_envs, obs_dim, device=device)
     if rnn is None:
-        step = _MlpPolicy(mlp)
+        step = _MlpPolicy(normalizer, mlp)
         stateful = step
         inputs, input_names, output_names = (obs,), ["obs"], ["actions"]
     else:
         state = torch.zeros(rnn.num_layers, num_envs, rnn.hidden_size, device=device)
         if isinstance(rnn, nn.LSTM):
-            step = _LstmStep(rnn, mlp)
+            step = _LstmStep(normalizer, rnn, mlp)
             stateful = _StatefulLstmPolicy(step, num_envs).to(device)
             inputs, input_names, output_names = (
                 (obs, state, state),
@@ -126,7 +135,7 @@ def export_policy(actor, obs_dim: int, folder: str, num_envs: int = 1) -> tuple[
                 ["actions", "h_out", "c_out"],
             )
         else:
-            step = _GruStep(rnn, mlp)
+            step = _GruStep(normalizer, rnn, mlp)
             stateful = _StatefulGruPolicy(step, num_envs).to(device)
             inputs, input_names, output_names = (obs, state), ["obs", "h_in"], ["actions", "h_out"]
     torchscript_path = os.path.join(folder, "policy.pt")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule, TensorDictSequential
+from tensordict.nn.utils import mappings
 from torch import nn
 from torchrl.modules import MLP, GRUModule, IndependentNormal, LSTMModule, ProbabilisticActor
 
@@ -14,21 +15,71 @@ from .agents.torchrl_cfg import TorchRLPolicyCfg
 
 RNN_TYPES = ("lstm", "gru")
 RECURRENT_BACKENDS = ("pad", "scan", "triton")
+NOISE_STD_TYPES = ("log", "scalar")
 
 
 @dataclass(frozen=True)
 class EnvInterface:
-    """What the models need to know of an environment: observation sizes and the action size.
+    """What the models need to know of an environment: which observation groups the actor and the critic read,
+    their concatenated sizes, and the action size.
 
     It is read from a collector worker's environment (see :func:`isaaclab_torchrl.envs.probe_env_interface`),
     never hard-coded, and it is small and picklable so that it can travel to the collector subprocesses.
     """
 
-    actor_obs_key: str
+    actor_obs_keys: tuple[str, ...]
     actor_obs_dim: int
-    critic_obs_key: str
+    critic_obs_keys: tuple[str, ...]
     critic_obs_dim: int
     action_dim: int
+
+    @property
+    def obs_keys(self) -> tuple[str, ...]:
+        """Every observation group either network reads."""
+        return tuple(dict.fromkeys(self.actor_obs_keys + self.critic_obs_keys))
+
+
+class Concatenate(nn.Module):
+    """Joins observation groups along the feature dimension, in the order they are given."""
+
+    def forward(self, *groups: torch.Tensor) -> torch.Tensor:
+        return torch.cat(groups, dim=-1)
+
+
+class ObservationNormalizer(nn.Module):
+    """Running mean and variance of an input, subtracted and divided out (rsl_rl's ``EmpiricalNormalization``).
+
+    The statistics are buffers: they travel with the weights to the collector workers, into checkpoints and
+    into exported policies. Only :meth:`update` changes them; the learner calls it once per batch.
+    """
+
+    def __init__(self, size: int, eps: float = 1e-2, device=None):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("mean", torch.zeros(size, device=device))
+        self.register_buffer("var", torch.ones(size, device=device))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long, device=device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / (self.var.sqrt() + self.eps)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merges the statistics of the samples ``x`` (shape ``[..., size]``) into the running ones."""
+        x = x.reshape(-1, x.shape[-1])
+        count = x.shape[0]
+        if count == 0:
+            return
+        total = self.count + count
+        batch_mean = x.mean(0)
+        batch_var = x.var(0, unbiased=False)
+        delta = batch_mean - self.mean
+        # Chan et al.'s parallel update of the mean and the (population) variance
+        self.var.copy_(
+            (self.var * self.count + batch_var * count + delta.square() * self.count * count / total) / total
+        )
+        self.mean.add_(delta * count / total)
+        self.count.copy_(total)
 
 
 def _activation(name: str) -> type[nn.Module]:
@@ -79,26 +130,41 @@ def make_models(
     """
     if cfg.rnn_type is not None and cfg.rnn_type not in RNN_TYPES:
         raise ValueError(f"agent.policy.rnn_type={cfg.rnn_type!r} is not supported; choose one of {RNN_TYPES} or None.")
+    if cfg.noise_std_type not in NOISE_STD_TYPES:
+        raise ValueError(
+            f"agent.policy.noise_std_type={cfg.noise_std_type!r} is not supported; choose one of {NOISE_STD_TYPES}."
+        )
     if recurrent_backend not in RECURRENT_BACKENDS:
         raise ValueError(
             f"agent.collector.recurrent_backend={recurrent_backend!r} is not supported; "
             f"choose one of {RECURRENT_BACKENDS}."
         )
+    if cfg.rnn_type is not None and cfg.share_rnn and interface.critic_obs_keys != interface.actor_obs_keys:
+        raise ValueError(
+            f"agent.policy.share_rnn=True feeds the critic the actor's recurrent features, but the critic reads "
+            f"{list(interface.critic_obs_keys)} and the actor {list(interface.actor_obs_keys)}; set "
+            "agent.policy.share_rnn=False or give both the same agent.obs_groups."
+        )
     activation = _activation(cfg.activation)
-    actor_layers, critic_layers = [], []
-    actor_in, actor_in_dim = interface.actor_obs_key, interface.actor_obs_dim
-    critic_in, critic_in_dim = interface.critic_obs_key, interface.critic_obs_dim
+    actor_layers, actor_in = _input_layers(
+        interface.actor_obs_keys, cfg.actor_obs_normalization, interface.actor_obs_dim, "actor", device
+    )
+    critic_layers, critic_in = _input_layers(
+        interface.critic_obs_keys, cfg.critic_obs_normalization, interface.critic_obs_dim, "critic", device
+    )
+    actor_in_dim, critic_in_dim = interface.actor_obs_dim, interface.critic_obs_dim
     if cfg.rnn_type is not None:
         actor_rnn = _recurrent_module(cfg, actor_in, actor_in_dim, "actor_rnn", recurrent_backend, device)
-        actor_layers.append(actor_rnn)
         if cfg.share_rnn:
-            critic_layers.append(actor_rnn)
+            # the critic reads the actor's recurrent features: the same modules, so one copy of their weights
+            critic_layers = [*actor_layers, actor_rnn]
             critic_in = "actor_rnn_features"
         else:
             critic_layers.append(
                 _recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", recurrent_backend, device)
             )
             critic_in = "critic_rnn_features"
+        actor_layers.append(actor_rnn)
         actor_in = "actor_rnn_features"
         actor_in_dim = critic_in_dim = cfg.rnn_hidden_size
 
@@ -110,9 +176,14 @@ def make_models(
         device=device,
     )
     actor_layers.append(TensorDictModule(actor_mlp, in_keys=[actor_in], out_keys=["loc"]))
-    noise = AddStateIndependentNormalScale(
-        interface.action_dim, scale_mapping="exp", init_value=math.log(cfg.init_noise_std), device=device
-    )
+    if cfg.noise_std_type == "log":
+        noise = AddStateIndependentNormalScale(
+            interface.action_dim, scale_mapping="exp", init_value=math.log(cfg.init_noise_std), device=device
+        )
+    else:
+        noise = AddStateIndependentNormalScale(
+            interface.action_dim, scale_mapping="none", scale_lb=1e-6, init_value=cfg.init_noise_std, device=device
+        )
     actor_layers.append(TensorDictModule(noise, in_keys=["loc"], out_keys=["loc", "scale"]))
     actor = ProbabilisticActor(
         TensorDictSequential(*actor_layers),
@@ -132,6 +203,35 @@ def make_models(
     critic_layers.append(TensorDictModule(critic_mlp, in_keys=[critic_in], out_keys=["state_value"]))
     critic = TensorDictSequential(*critic_layers)
     return actor, critic
+
+
+def _input_layers(keys: tuple[str, ...], normalize: bool, size: int, name: str, device) -> tuple[list, str]:
+    """Modules that turn the observation groups ``keys`` into one network input; returns them and its key.
+
+    One group is read as is; several are concatenated into ``<name>_obs``; with ``normalize``, an
+    :class:`ObservationNormalizer` writes ``<name>_obs_normalized``.
+    """
+    layers, key = [], keys[0]
+    if len(keys) > 1:
+        key = f"{name}_obs"
+        layers.append(TensorDictModule(Concatenate(), in_keys=list(keys), out_keys=[key]))
+    if normalize:
+        layers.append(
+            TensorDictModule(ObservationNormalizer(size, device=device), in_keys=[key], out_keys=[f"{key}_normalized"])
+        )
+        key = f"{key}_normalized"
+    return layers, key
+
+
+def observation_normalizers(module: nn.Module) -> list[ObservationNormalizer]:
+    """The observation normalizers inside ``module`` (none when normalisation is off)."""
+    return [m for m in module.modules() if isinstance(m, ObservationNormalizer)]
+
+
+def noise_std(actor: nn.Module) -> torch.Tensor:
+    """The standard deviation of the actor's Gaussian action noise, one value per action dimension."""
+    noise = next(m for m in actor.modules() if isinstance(m, AddStateIndependentNormalScale))
+    return mappings(noise.scale_mapping)(noise.state_independent_scale.detach()).clamp_min(noise.scale_lb)
 
 
 def make_collection_policy(actor: ProbabilisticActor, critic: TensorDictSequential, cfg: TorchRLPolicyCfg):

@@ -28,6 +28,13 @@ class TorchRLPolicyCfg:
     """Name of a :mod:`torch.nn` activation, case-insensitive (``elu``, ``relu``, ``tanh``, ...)."""
     init_noise_std: float = 1.0
     """Initial standard deviation of the state-independent Gaussian action noise."""
+    noise_std_type: str = "log"
+    """Parameter of the action noise: ``"log"`` (learns log(std)) or ``"scalar"`` (learns std, rsl_rl's default)."""
+    actor_obs_normalization: bool = False
+    """Normalise the actor's input with running mean and variance (rsl_rl's ``obs_normalization``), updated by the
+    learner from each batch, sent to the workers with the weights, saved in checkpoints and exported."""
+    critic_obs_normalization: bool = False
+    """The same for the critic's input."""
 
 
 @configclass
@@ -85,6 +92,10 @@ class TorchRLRunnerCfg:
     experiment_name: str = MISSING
     run_name: str = ""
     logger: str = "tensorboard"
+    obs_groups: dict[str, list[str]] | None = None
+    """Observation groups of the task that the ``"actor"`` and the ``"critic"`` read, concatenated in this order
+    (rsl_rl's ``obs_groups``). ``None`` or a missing entry: the actor reads ``policy``; the critic reads
+    ``critic`` when the task defines it (asymmetric actor-critic), else what the actor reads."""
     clip_actions: float | None = None
     """Clipping range of the actions sent to the environment; ``None`` disables it."""
     init_at_random_ep_len: bool = True

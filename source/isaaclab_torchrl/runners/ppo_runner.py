@@ -10,7 +10,6 @@ import time
 import torch
 import yaml
 from tensordict import TensorDictBase
-from tensordict.nn import AddStateIndependentNormalScale
 from torch.utils.tensorboard import SummaryWriter
 from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 from torchrl.modules import set_recurrent_mode
@@ -20,11 +19,18 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import EPISODE_LOG_KEY, FINAL_OBS_KEY, IsaacLabEnvFactory
-from ..models import CollectionPolicyFactory, EnvInterface, make_collection_policy, make_models
+from ..models import (
+    CollectionPolicyFactory,
+    EnvInterface,
+    make_collection_policy,
+    make_models,
+    noise_std,
+    observation_normalizers,
+)
 from .checkpoint import load_checkpoint, save_checkpoint
 
 
-def compute_advantages(gae: GAE, batch: TensorDictBase, critic_obs_key: str) -> TensorDictBase:
+def compute_advantages(gae: GAE, batch: TensorDictBase, critic_obs_keys: tuple[str, ...]) -> TensorDictBase:
     """Runs shifted GAE on a collected batch laid out as [trajectory slice, time] (leading dims are flattened).
 
     ``compact_obs`` drops the ``("next", obs)`` copies, so the critic's true next observations are taken from
@@ -35,7 +41,8 @@ def compute_advantages(gae: GAE, batch: TensorDictBase, critic_obs_key: str) -> 
     """
     batch = batch.reshape(-1, batch.shape[-1])
     batch.names = [None, "time"]
-    batch["next", critic_obs_key] = batch["next", FINAL_OBS_KEY, critic_obs_key]
+    for key in critic_obs_keys:
+        batch["next", key] = batch["next", FINAL_OBS_KEY, key]
     next_td = batch["next"]
     time_outs = (next_td["done"] & ~next_td["terminated"]).squeeze(-1)[:, :-1]
     gae.shifted_budget = int(time_outs.sum(-1).max()) + 1
@@ -73,6 +80,13 @@ class TorchRLRunner:
             cfg.policy, interface, self.train_device, recurrent_backend=cfg.collector.recurrent_backend
         )
         self.collection_policy = make_collection_policy(self.actor, self.critic, cfg.policy)
+        # each input normalizer with the groups it reads; a shared recurrent layer shares the actor's normalizer
+        self.normalizers = [(n, interface.actor_obs_keys) for n in observation_normalizers(self.actor)]
+        self.normalizers += [
+            (n, interface.critic_obs_keys)
+            for n in observation_normalizers(self.critic)
+            if not any(n is known for known, _ in self.normalizers)
+        ]
         algo = cfg.algorithm
         self.loss = ClipPPOLoss(
             self.actor,
@@ -136,7 +150,8 @@ class TorchRLRunner:
         algo = self.cfg.algorithm
         batch = batch.to(self.train_device)
         self._check_finite(batch)
-        batch = compute_advantages(self.gae, batch, self.interface.critic_obs_key)
+        self._update_normalizers(batch)
+        batch = compute_advantages(self.gae, batch, self.interface.critic_obs_keys)
         if algo.normalize_advantage:
             advantage = batch["advantage"]
             valid = batch["shifted_valid"].unsqueeze(-1).expand_as(advantage)
@@ -173,10 +188,18 @@ class TorchRLRunner:
                 num_updates += 1
         return {key: float(value) / num_updates for key, value in sums.items()}
 
+    def _update_normalizers(self, batch: TensorDictBase) -> None:
+        """Merges the batch's observations into the running statistics of the networks' inputs.
+
+        The workers receive the new statistics with the next weight sync (they are buffers of the policy).
+        """
+        for normalizer, keys in self.normalizers:
+            normalizer.update(torch.cat([batch[key] for key in keys], dim=-1))
+
     def _check_finite(self, batch: TensorDictBase) -> None:
         """Stops on NaN/Inf in the observations or rewards, naming the key, before they reach the networks."""
-        keys = {self.interface.actor_obs_key, self.interface.critic_obs_key}
-        keys = [*keys, ("next", FINAL_OBS_KEY, self.interface.critic_obs_key), ("next", "reward")]
+        critic_keys = self.interface.critic_obs_keys
+        keys = [*self.interface.obs_keys, *[("next", FINAL_OBS_KEY, key) for key in critic_keys], ("next", "reward")]
         finite = torch.stack([torch.isfinite(batch[key]).all() for key in keys])
         if not bool(finite.all()):
             bad = [key for key, ok in zip(keys, finite.tolist(), strict=True) if not ok]
@@ -299,8 +322,7 @@ class TorchRLRunner:
 
     def noise_std(self) -> float:
         """Mean standard deviation of the Gaussian action noise."""
-        noise = next(module for module in self.actor.modules() if isinstance(module, AddStateIndependentNormalScale))
-        return float(noise.state_independent_scale.detach().exp().mean())
+        return float(noise_std(self.actor).mean())
 
     def state_dict(self) -> dict:
         return {
