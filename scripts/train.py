@@ -16,7 +16,7 @@ from datetime import datetime
 from isaaclab.utils.io import dump_yaml
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
-from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
+from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task, validate_train_cfg
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint, resolve_checkpoint
 
@@ -55,32 +55,6 @@ def apply_train_args(args: argparse.Namespace, agent_cfg) -> None:
         agent_cfg.run_name = args.run_name
 
 
-def validate(env_cfg, agent_cfg) -> None:
-    """Rejects configurations that cannot train, before any simulator starts."""
-    num_envs = env_cfg.scene.num_envs
-    num_collectors = agent_cfg.collector.num_collectors
-    if num_collectors < 1:
-        raise UsageError(f"num_collectors must be >= 1, got {num_collectors}.")
-    if num_envs < 1 or num_envs % num_collectors:
-        raise UsageError(f"num_envs ({num_envs}) must be a positive multiple of num_collectors ({num_collectors}).")
-    if agent_cfg.num_steps_per_env < 1:
-        raise UsageError(f"agent.num_steps_per_env must be >= 1, got {agent_cfg.num_steps_per_env}.")
-    if agent_cfg.max_iterations < 1:
-        raise UsageError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
-    if agent_cfg.algorithm.learning_rate <= 0:
-        raise UsageError(f"agent.algorithm.learning_rate must be > 0, got {agent_cfg.algorithm.learning_rate}.")
-    if agent_cfg.algorithm.schedule not in ("adaptive", "fixed"):
-        raise UsageError(
-            f"agent.algorithm.schedule must be 'adaptive' or 'fixed', got {agent_cfg.algorithm.schedule!r}."
-        )
-    slices = num_envs if agent_cfg.collector.sync else num_envs // num_collectors
-    if not 1 <= agent_cfg.algorithm.num_mini_batches <= slices:
-        raise UsageError(
-            f"agent.algorithm.num_mini_batches ({agent_cfg.algorithm.num_mini_batches}) must be between 1 and the "
-            f"{slices} trajectory slices (environments) of a batch."
-        )
-
-
 def resume_checkpoint(args: argparse.Namespace, agent_cfg) -> str:
     """The checkpoint ``--resume`` continues from, checked to be readable."""
     log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
@@ -104,7 +78,7 @@ def main(argv: list[str]) -> int:
     try:
         env_cfg, agent_cfg = resolve_task(args, hydra_args)
         apply_train_args(args, agent_cfg)
-        validate(env_cfg, agent_cfg)
+        validate_train_cfg(env_cfg, agent_cfg)
         checkpoint = resume_checkpoint(args, agent_cfg) if args.resume else None
     except UsageError as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
@@ -119,6 +93,7 @@ def main(argv: list[str]) -> int:
             num_envs=env_cfg.scene.num_envs // num_collectors,
             seed=agent_cfg.seed + index,
             clip_actions=agent_cfg.clip_actions,
+            obs_groups=agent_cfg.obs_groups,
             random_episode_start=agent_cfg.init_at_random_ep_len,
         )
         for index in range(num_collectors)

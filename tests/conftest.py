@@ -14,20 +14,23 @@ OFFLINE_ASSET_ROOT = os.path.join(REPO, "source", "isaaclab_torchrl", "offline_a
 CPU_ARGS = ["--device", "cpu", "--viz", "none", "physics=newton_mjwarp"]
 
 
-def script_env() -> dict:
+def script_env(extra_env: dict | None = None) -> dict:
     env = dict(os.environ)
+    env.update(extra_env or {})
     env["ISAACSIM_ASSET_ROOT"] = OFFLINE_ASSET_ROOT
     env.pop("ISAACLAB_TORCHRL_OFFLINE_ASSETS", None)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def run_script(script: str, args: list[str], cwd, timeout: float = 900) -> subprocess.CompletedProcess:
+def run_script(
+    script: str, args: list[str], cwd, timeout: float = 900, extra_env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Runs ``scripts/<script>`` with the test interpreter in ``cwd``; returns the finished process."""
     return subprocess.run(
         [sys.executable, os.path.join(REPO, "scripts", script), *args],
         cwd=cwd,
-        env=script_env(),
+        env=script_env(extra_env),
         capture_output=True,
         text=True,
         timeout=timeout,

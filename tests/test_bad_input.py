@@ -8,7 +8,13 @@ from conftest import CPU_ARGS, run_script
 
 CASES = {
     "unknown task": (["--task", "Isaac-Does-Not-Exist"], "Unknown task 'Isaac-Does-Not-Exist'"),
-    "task without a torchrl config": (["--task", "Isaac-Cartpole-Camera-Direct"], "has no torchrl agent config"),
+    "task without a torchrl config": (["--task", "Isaac-Pendulum-MARL-Direct"], "has no torchrl agent config"),
+    "image task": (["--task", "Isaac-Cartpole-Camera-Direct"], "image observations are not supported yet"),
+    "multi-agent task": (["--task", "Isaac-Shadow-Handover-Direct"], "is a multi-agent task"),
+    "unknown recurrent backend": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.collector.recurrent_backend=cudnn"],
+        "agent.collector.recurrent_backend must be one of",
+    ),
     "unknown agent": (
         ["--task", "Isaac-Cartpole-Direct", "--agent", "torchrl_transformer"],
         "has no agent 'torchrl_transformer'",

@@ -78,3 +78,48 @@ def test_isaaclab_builtin_torchrl_backend_still_trains(tmp_path):
     assert process.returncode == 0, process.stderr[-4000:]
     assert os.path.isdir(os.path.join(tmp_path, "logs", "torchrl", "cartpole_direct")), process.stdout[-2000:]
     assert REPO
+
+
+def _rsl_rl_tasks() -> list[str]:
+    return sorted(task for task, spec in gym.registry.items() if "rsl_rl_cfg_entry_point" in spec.kwargs)
+
+
+def _readme_unsupported_tasks() -> set[str]:
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as file:
+        section = file.read().split("### Tasks the torchrl runner cannot train", 1)[1].split("\n## ", 1)[0]
+    return {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
+
+
+def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_as_unsupported():
+    """Walks the gym registry: `--agent torchrl` and `--agent torchrl_lstm` resolve to valid configs whose
+    hyperparameters are the rsl_rl ones, or the task is refused with a reason and listed in the README."""
+    import argparse
+
+    from isaaclab_tasks.utils.hydra import resolve_presets
+
+    from isaaclab_torchrl.cli import UsageError, resolve_task, validate_train_cfg
+
+    supported, unsupported = [], {}
+    for task in _rsl_rl_tasks():
+        for agent in ("torchrl", "torchrl_lstm"):
+            args = argparse.Namespace(task=task, agent=agent, device="cpu", num_envs=4096, seed=None)
+            try:
+                env_cfg, cfg = resolve_task(args, [])
+            except UsageError as exc:
+                unsupported[task] = str(exc)
+                continue
+            validate_train_cfg(env_cfg, cfg)
+            assert isinstance(cfg, TorchRLRunnerCfg)
+            if agent == "torchrl_lstm":
+                assert cfg.policy.rnn_type in ("lstm", "gru"), task
+            rsl = resolve_presets(load_cfg_from_registry(task, "rsl_rl_cfg_entry_point"))
+            assert cfg.num_steps_per_env == rsl.num_steps_per_env, task
+            assert cfg.algorithm.learning_rate == rsl.algorithm.learning_rate, task
+            assert cfg.algorithm.num_mini_batches == rsl.algorithm.num_mini_batches, task
+            assert cfg.algorithm.entropy_coef == rsl.algorithm.entropy_coef, task
+            supported.append(task)
+        assert (task in unsupported) != (task in supported), task
+    for reason in unsupported.values():
+        assert "not supported" in reason or "multi-agent" in reason, reason
+    assert set(unsupported) == _readme_unsupported_tasks()
+    assert len(set(supported)) + len(unsupported) == len(_rsl_rl_tasks()) == 89

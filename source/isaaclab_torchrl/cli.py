@@ -4,14 +4,16 @@ and the resolution of the env and agent configs (Hydra overrides and presets, as
 from __future__ import annotations
 
 import argparse
+import importlib
 
 import gymnasium as gym
 import torch
 from isaaclab.app import add_launcher_args
 from isaaclab_tasks.utils import resolve_task_config, setup_preset_cli
 
-from .agents import AGENT_ALIASES, agent_entry_point
+from .agents import AGENT_ALIASES, UnsupportedAgentError, agent_entry_point, register_agents
 from .envs import use_available_actuators
+from .models import RECURRENT_BACKENDS
 
 PRESET_SELECTORS = ("physics", "renderer", "presets")
 
@@ -50,9 +52,16 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
     Raises:
         UsageError: unknown task or agent, or an invalid override.
     """
-    task = args.task.split(":")[-1]
+    module, _, task = args.task.rpartition(":")
+    if module:
+        # "my_package:My-Task" imports my_package first, which registers the task (gymnasium's convention)
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UsageError(f"Cannot import {module!r}, the module of task {args.task!r}: {exc}") from None
     if task not in gym.registry:
         raise UsageError(f"Unknown task {args.task!r}. List the tasks with: isaaclab list_envs")
+    register_agents()  # a task registered by that import gets its ported agent too
     entry_point = agent_entry_point(args.agent)
     kwargs = gym.registry[task].kwargs
     if entry_point not in kwargs:
@@ -69,6 +78,8 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
         env_cfg, agent_cfg = resolve_task_config(task, entry_point, play_mode, overrides=hydra_args)
     except UsageError:
         raise
+    except UnsupportedAgentError as exc:
+        raise UsageError(str(exc)) from None
     except Exception as exc:  # Hydra and preset errors: one readable line
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"Invalid configuration override: {message}") from exc
@@ -82,8 +93,48 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
     if args.seed is not None:
         agent_cfg.seed = args.seed
     env_cfg.seed = agent_cfg.seed
+    from isaaclab.envs import DirectMARLEnvCfg
+
+    if isinstance(env_cfg, DirectMARLEnvCfg):
+        raise UsageError(f"Task {args.task!r} is a multi-agent task; the torchrl runner trains single-agent tasks.")
     use_available_actuators(env_cfg)
     return env_cfg, agent_cfg
+
+
+def validate_train_cfg(env_cfg, agent_cfg) -> None:
+    """Rejects training configurations that cannot train, before any simulator starts.
+
+    Raises:
+        UsageError: naming the field and its allowed range.
+    """
+    num_envs = env_cfg.scene.num_envs
+    collector = agent_cfg.collector
+    algo = agent_cfg.algorithm
+    if collector.num_collectors < 1:
+        raise UsageError(f"num_collectors must be >= 1, got {collector.num_collectors}.")
+    if num_envs < 1 or num_envs % collector.num_collectors:
+        raise UsageError(
+            f"num_envs ({num_envs}) must be a positive multiple of num_collectors ({collector.num_collectors})."
+        )
+    if agent_cfg.num_steps_per_env < 1:
+        raise UsageError(f"agent.num_steps_per_env must be >= 1, got {agent_cfg.num_steps_per_env}.")
+    if agent_cfg.max_iterations < 1:
+        raise UsageError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
+    if algo.learning_rate <= 0:
+        raise UsageError(f"agent.algorithm.learning_rate must be > 0, got {algo.learning_rate}.")
+    if algo.schedule not in ("adaptive", "fixed"):
+        raise UsageError(f"agent.algorithm.schedule must be 'adaptive' or 'fixed', got {algo.schedule!r}.")
+    if collector.recurrent_backend not in RECURRENT_BACKENDS:
+        raise UsageError(
+            f"agent.collector.recurrent_backend must be one of {RECURRENT_BACKENDS}, "
+            f"got {collector.recurrent_backend!r}."
+        )
+    slices = num_envs if collector.sync else num_envs // collector.num_collectors
+    if not 1 <= algo.num_mini_batches <= slices:
+        raise UsageError(
+            f"agent.algorithm.num_mini_batches ({algo.num_mini_batches}) must be between 1 and the "
+            f"{slices} trajectory slices (environments) of a batch."
+        )
 
 
 def check_override_paths(hydra_args: list[str], **roots) -> None:

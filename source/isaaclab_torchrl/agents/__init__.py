@@ -2,6 +2,7 @@
 
 import gymnasium as gym
 
+from .rsl_rl_port import RSL_RL_ENTRY_POINT, UnsupportedAgentError, ported_agent, ported_entry_point
 from .torchrl_cfg import TorchRLCollectorCfg, TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
 
 ENTRY_POINT = "isaaclab_torchrl_cfg_entry_point"
@@ -10,7 +11,9 @@ LSTM_ENTRY_POINT = "isaaclab_torchrl_lstm_cfg_entry_point"
 """Gym-registry key of a task's recurrent (LSTM) torchrl agent (``--agent torchrl_lstm``)."""
 AGENT_ALIASES = {"torchrl": ENTRY_POINT, "torchrl_lstm": LSTM_ENTRY_POINT}
 
-# Isaac Lab's own torchrl backend reads "torchrl_cfg_entry_point"; our keys sit beside it, never replacing it.
+# Hand-written agents (also examples of a torchrl agent config for your own task). Every other task with an rsl_rl
+# agent gets one ported from it (see rsl_rl_port.py). Isaac Lab's own torchrl backend reads
+# "torchrl_cfg_entry_point"; our keys sit beside it, never replacing it.
 TASK_AGENTS = {
     "Isaac-Cartpole-Direct": {
         ENTRY_POINT: f"{__name__}.cartpole:CartpoleDirectPPORunnerCfg",
@@ -32,16 +35,21 @@ TASK_AGENTS = {
 
 
 def register_agents() -> None:
-    """Adds the torchrl agent entry points to the registered Isaac Lab tasks.
+    """Adds the torchrl agent entry points to the registered Isaac Lab tasks: the hand-written ones of
+    :data:`TASK_AGENTS`, and for every other task with an rsl_rl agent, its port (MLP or as rsl_rl has it, and
+    recurrent).
 
     A task that already declares one of these keys in its own ``gym.register`` kwargs keeps its value.
     """
-    for task, entry_points in TASK_AGENTS.items():
-        if task not in gym.registry:
+    for task, spec in gym.registry.items():
+        if task in TASK_AGENTS:
+            entry_points = TASK_AGENTS[task]
+        elif RSL_RL_ENTRY_POINT in spec.kwargs:
+            entry_points = {ENTRY_POINT: ported_entry_point(task), LSTM_ENTRY_POINT: ported_entry_point(task, True)}
+        else:
             continue
-        kwargs = gym.registry[task].kwargs
         for key, entry_point in entry_points.items():
-            kwargs.setdefault(key, entry_point)
+            spec.kwargs.setdefault(key, entry_point)
 
 
 def agent_entry_point(agent: str) -> str:
@@ -58,6 +66,8 @@ __all__ = [
     "TorchRLPolicyCfg",
     "TorchRLPpoCfg",
     "TorchRLRunnerCfg",
+    "UnsupportedAgentError",
     "agent_entry_point",
+    "ported_agent",
     "register_agents",
 ]

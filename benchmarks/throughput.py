@@ -1,0 +1,269 @@
+"""Side-by-side training throughput on one Isaac Lab task: raw simulation, our env wrapper, rsl_rl, Isaac Lab's
+torchrl backend and this project's runner (a benchmark, not a test).
+
+    python benchmarks/throughput.py --task Isaac-Cartpole-Direct --num_envs 4096 --device cuda:0 \\
+        --iterations 50 [--repeat 2] [--runs rsl_rl,torchrl_mlp_sync] [--json results.json]
+
+Every run is its own process in its own working folder (the trainers write their usual logs there), and with
+``--repeat`` the runs alternate (A B C A B C), so that slow drifts of the machine hit all of them alike.
+Training throughput is the steady state: steps per second between the TensorBoard events of iteration
+``--warmup`` and of the last iteration, so start-up (simulation launch, worker spawn, first compilation) is
+not counted; collection and learning time are the mean of the per-iteration values after the warm-up.
+Zero-action runs step the environment with zero actions, with Isaac Lab's own ``env.step`` ("raw") and
+through this project's torchrl wrapper ("wrapper"), and time ``--zero_action_steps`` steps after 20 warm-up
+steps. On a GPU machine, unpack ``../shared/gpu-bundle`` first; here, run it with the venv's python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OFFLINE_ASSET_ROOT = os.path.join(REPO, "source", "isaaclab_torchrl", "offline_assets")
+TRAINING_RUNS = {
+    # name: (command after the python interpreter, extra args)
+    "rsl_rl": (["-m", "isaaclab", "train", "--rl_library", "rsl_rl"], []),
+    "rsl_rl_recurrent": (
+        ["-m", "isaaclab", "train", "--rl_library", "rsl_rl"],
+        ["--agent", "rsl_rl_recurrent_cfg_entry_point"],
+    ),
+    "isaaclab_torchrl": (["-m", "isaaclab", "train", "--rl_library", "torchrl"], []),
+    "torchrl_mlp_sync": ([os.path.join(REPO, "scripts", "train.py"), "--agent", "torchrl"], []),
+    "torchrl_lstm_sync": ([os.path.join(REPO, "scripts", "train.py"), "--agent", "torchrl_lstm"], []),
+    "torchrl_mlp_async": ([os.path.join(REPO, "scripts", "train.py"), "--agent", "torchrl", "--async"], []),
+    "torchrl_lstm_async": ([os.path.join(REPO, "scripts", "train.py"), "--agent", "torchrl_lstm", "--async"], []),
+}
+ZERO_ACTION_RUNS = ("zero_action_raw", "zero_action_wrapper")
+DEFAULT_RUNS = ZERO_ACTION_RUNS + tuple(TRAINING_RUNS)
+LEARNING_TIME_TAG = "Perf/learning_time"
+COLLECTION_TIME_TAGS = ("Perf/collection time", "Perf/collection_time")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="Isaac-Cartpole-Direct")
+    parser.add_argument("--num_envs", type=int, default=4096)
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--iterations", type=int, default=50, help="Training iterations per run.")
+    parser.add_argument("--warmup", type=int, default=5, help="Iterations left out of the steady state.")
+    parser.add_argument("--num_steps_per_env", type=int, default=None, help="Default: each library's config.")
+    parser.add_argument("--num_learning_epochs", type=int, default=None, help="Default: each library's config.")
+    parser.add_argument("--num_mini_batches", type=int, default=None, help="Default: each library's config.")
+    parser.add_argument("--zero_action_steps", type=int, default=500)
+    parser.add_argument("--runs", default=",".join(DEFAULT_RUNS), help="Comma-separated subset of the runs.")
+    parser.add_argument("--repeat", type=int, default=1, help="Rounds of all runs, alternating.")
+    parser.add_argument("--timeout", type=float, default=900, help="Seconds one run may take.")
+    parser.add_argument("--json", default=None, help="Write all results to this file.")
+    parser.add_argument("--zero_action", choices=("raw", "wrapper"), default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.runs.split(",")) - set(DEFAULT_RUNS))
+    if unknown:
+        parser.error(f"unknown runs {unknown}; choose from {', '.join(DEFAULT_RUNS)}")
+    return args
+
+
+def run_environment() -> dict:
+    env = dict(os.environ)
+    env.setdefault("ISAACSIM_ASSET_ROOT", OFFLINE_ASSET_ROOT)
+    env.pop("ISAACLAB_TORCHRL_OFFLINE_ASSETS", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(REPO, "source"), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+"""
+Zero-action stepping (runs in a child process of the benchmark).
+"""
+
+
+def zero_action_rate(args: argparse.Namespace) -> dict:
+    """Steps ``args.task`` with zero actions, raw or through the torchrl wrapper; returns steps/s."""
+    import gymnasium as gym
+    import torch
+    from isaaclab.app import launch_simulation
+
+    from isaaclab_torchrl.cli import add_task_args, launcher_args, resolve_task
+    from isaaclab_torchrl.cli import parse_args as parse_task_args
+    from isaaclab_torchrl.envs import IsaacLabEnvFactory
+
+    parser = argparse.ArgumentParser()
+    add_task_args(parser)
+    task_args, hydra_args = parse_task_args(
+        parser, ["--task", args.task, "--device", args.device, "--viz", "none", "physics=newton_mjwarp"]
+    )
+    env_cfg, _ = resolve_task(task_args, hydra_args)
+    env_cfg.scene.num_envs = args.num_envs
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    if args.zero_action == "raw":
+        with launch_simulation(env_cfg, launcher_args(task_args)):
+            env = gym.make(args.task, cfg=env_cfg)
+            env.reset()
+            actions = torch.zeros(env.action_space.shape, device=device)
+            for _ in range(20):
+                env.step(actions)
+            sync()
+            start = time.perf_counter()
+            for _ in range(args.zero_action_steps):
+                env.step(actions)
+            sync()
+            elapsed = time.perf_counter() - start
+            env.close()
+    else:
+        env = IsaacLabEnvFactory(args.task, env_cfg, launcher_args(task_args), args.num_envs, seed=0)()
+        td = env.reset()
+        td["action"] = env.action_spec.zero()
+        for _ in range(20):
+            _, td = env.step_and_maybe_reset(td)
+            td["action"] = env.action_spec.zero()
+        sync()
+        start = time.perf_counter()
+        for _ in range(args.zero_action_steps):
+            _, td = env.step_and_maybe_reset(td)
+            td["action"] = env.action_spec.zero()
+        sync()
+        elapsed = time.perf_counter() - start
+        env.close()
+    return {"steps_per_s": args.num_envs * args.zero_action_steps / elapsed}
+
+
+"""
+Training runs.
+"""
+
+
+def training_command(name: str, args: argparse.Namespace) -> list[str]:
+    command, extra = TRAINING_RUNS[name]
+    cmd = [sys.executable, *command, "--task", args.task, "--num_envs", str(args.num_envs)]
+    cmd += ["--max_iterations", str(args.iterations), "--device", args.device, "--viz", "none", *extra]
+    cmd += ["physics=newton_mjwarp"]
+    if name.startswith("rsl_rl") or name == "isaaclab_torchrl":
+        cmd.append(f"agent.device={args.device}")
+    flat = name == "isaaclab_torchrl"  # Isaac Lab's torchrl backend keeps the PPO fields on the runner config
+    if args.num_steps_per_env is not None:
+        cmd.append(f"agent.num_steps_per_env={args.num_steps_per_env}")
+    if args.num_learning_epochs is not None:
+        cmd.append(f"agent.{'' if flat else 'algorithm.'}num_learning_epochs={args.num_learning_epochs}")
+    if args.num_mini_batches is not None:
+        cmd.append(f"agent.{'' if flat else 'algorithm.'}num_mini_batches={args.num_mini_batches}")
+    return cmd
+
+
+def run_summary(run_dir: str, warmup: int) -> dict:
+    """Steady-state steps/s, mean collection/learning time and the last mean return of a finished run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["scalars"])
+    events = accumulator.Scalars(LEARNING_TIME_TAG)
+    if len(events) <= warmup + 1:
+        raise RuntimeError(f"{run_dir}: {len(events)} iterations logged, need more than {warmup + 1}")
+    collection = next(accumulator.Scalars(tag) for tag in COLLECTION_TIME_TAGS if tag in tags)
+    fps = accumulator.Scalars("Perf/total_fps")
+    # steps per iteration from the first iteration's rate and times (every library logs these three)
+    steps = fps[0].value * (collection[0].value + events[0].value)
+    first, last = events[warmup], events[-1]
+    summary = {
+        "iterations": last.step,
+        "steps_per_iteration": round(steps),
+        "steps_per_s": steps * (last.step - first.step) / (last.wall_time - first.wall_time),
+        "collection_s": statistics.fmean(e.value for e in collection[warmup:]),
+        "learning_s": statistics.fmean(e.value for e in events[warmup:]),
+    }
+    if "Train/mean_reward" in tags:
+        summary["mean_return"] = accumulator.Scalars("Train/mean_reward")[-1].value
+    if "Perf/policy_lag" in tags:
+        summary["policy_lag"] = statistics.fmean(e.value for e in accumulator.Scalars("Perf/policy_lag")[warmup:])
+    return summary
+
+
+def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
+    workdir = tempfile.mkdtemp(prefix=f"{name}_", dir=out_dir)
+    if name in ZERO_ACTION_RUNS:
+        cmd = [sys.executable, os.path.abspath(__file__), "--zero_action", name.rsplit("_", 1)[1]]
+        cmd += ["--task", args.task, "--num_envs", str(args.num_envs), "--device", args.device]
+        cmd += ["--zero_action_steps", str(args.zero_action_steps)]
+    else:
+        cmd = training_command(name, args)
+    start = time.perf_counter()
+    with open(os.path.join(workdir, "output.log"), "w") as log:
+        try:
+            process = subprocess.run(
+                cmd, cwd=workdir, env=run_environment(), stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout
+            )
+            returncode = process.returncode
+        except subprocess.TimeoutExpired:
+            returncode = "timeout"
+    result = {"run": name, "wall_s": time.perf_counter() - start, "returncode": returncode, "workdir": workdir}
+    if returncode != 0:
+        return result
+    try:
+        if name in ZERO_ACTION_RUNS:
+            with open(os.path.join(workdir, "output.log")) as log:
+                line = next(line for line in log if line.startswith("RESULT "))
+            result.update(json.loads(line[len("RESULT ") :]))
+        else:
+            events = glob.glob(os.path.join(workdir, "logs", "**", "events.out.tfevents.*"), recursive=True)
+            result.update(run_summary(os.path.dirname(max(events, key=os.path.getmtime)), args.warmup))
+    except (StopIteration, ValueError, RuntimeError) as exc:
+        result["error"] = str(exc)
+    return result
+
+
+def print_table(results: list[dict]) -> None:
+    def median(name: str, key: str) -> float | None:
+        values = [r[key] for r in results if r["run"] == name and key in r]
+        return statistics.median(values) if values else None
+
+    names = list(dict.fromkeys(r["run"] for r in results))
+    reference, zero_action = median("rsl_rl", "steps_per_s"), median("zero_action_raw", "steps_per_s")
+    header = "| run | steps/s | vs rsl_rl | vs zero-action | collect s/it | learn s/it | mean return | lag | runs ok |"
+    print(header)
+    print("|---" * 9 + "|")
+    for name in names:
+        fps = median(name, "steps_per_s")
+        cells = [name, f"{fps:,.0f}" if fps else "failed"]
+        cells.append(f"{fps / reference:.2f}" if fps and reference else "")
+        cells.append(f"{fps / zero_action:.3f}" if fps and zero_action else "")
+        for key, fmt in (("collection_s", "{:.3f}"), ("learning_s", "{:.3f}"), ("mean_return", "{:.2f}"), ("policy_lag", "{:.1f}")):
+            value = median(name, key)
+            cells.append(fmt.format(value) if value is not None else "")
+        runs = [r for r in results if r["run"] == name]
+        cells.append(f"{sum('steps_per_s' in r for r in runs)}/{len(runs)}")
+        print("| " + " | ".join(cells) + " |")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.zero_action is not None:
+        print("RESULT " + json.dumps(zero_action_rate(args)), flush=True)
+        return 0
+    out_dir = os.environ.get("OUT") or tempfile.mkdtemp(prefix="throughput_")
+    os.makedirs(out_dir, exist_ok=True)
+    results = []
+    for round_index in range(args.repeat):
+        for name in args.runs.split(","):
+            result = run_once(name, args, out_dir)
+            result["round"] = round_index
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    print(f"\n{args.task}, {args.num_envs} envs, {args.device}, {args.iterations} iterations, {args.repeat} round(s)")
+    print_table(results)
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"args": vars(args), "results": results}, file, indent=2)
+    return 0 if all("error" not in r and r["returncode"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,155 @@
+"""torchrl agents for every Isaac Lab task that has an rsl_rl agent: its rsl_rl config, ported field by field.
+
+The port happens when a task's config is loaded, from the rsl_rl config that task registers, so the
+hyperparameters stay those Isaac Lab tuned for it, release after release. A task with a hand-written torchrl
+config (see :data:`isaaclab_torchrl.agents.TASK_AGENTS`) uses that one instead.
+
+What rsl_rl can do and this runner cannot (image encoders, custom model or algorithm classes, distillation,
+RND, symmetry) makes the port raise :class:`UnsupportedAgentError` with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import logging
+from collections.abc import Callable
+
+from .torchrl_cfg import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
+
+logger = logging.getLogger(__name__)
+
+RSL_RL_ENTRY_POINT = "rsl_rl_cfg_entry_point"
+RSL_RL_RECURRENT_ENTRY_POINT = "rsl_rl_recurrent_cfg_entry_point"
+RECURRENT_VARIANT = {"rnn_type": "lstm", "rnn_hidden_size": 256, "rnn_num_layers": 1}
+"""The recurrent layer added where rsl_rl has no recurrent config: that of rsl_rl's ANYmal-D recurrent agent."""
+SUPPORTED_MODELS = ("MLPModel", "RNNModel")
+SUPPORTED_DISTRIBUTIONS = ("GaussianDistribution", "HeteroscedasticGaussianDistribution")
+
+
+class UnsupportedAgentError(ValueError):
+    """The task's rsl_rl agent uses something the torchrl runner does not have."""
+
+
+def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
+    """The torchrl runner config with the hyperparameters of an rsl_rl ``RslRlOnPolicyRunnerCfg``.
+
+    Args:
+        rsl_cfg: The rsl_rl runner config (left as it is: a registry may hold it as an instance).
+        recurrent: Give the networks the recurrent layer of :data:`RECURRENT_VARIANT` when they have none.
+
+    Raises:
+        UnsupportedAgentError: the rsl_rl agent uses a feature the torchrl runner does not have.
+    """
+    from isaaclab_rl.rsl_rl import RslRlCNNModelCfg
+    from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
+    from isaaclab_tasks.utils.hydra import resolve_presets
+
+    rsl_cfg = resolve_presets(copy.deepcopy(rsl_cfg))
+    # rsl_rl >= 5 layout (actor/critic model configs with distribution configs); it prints migration notes
+    with contextlib.redirect_stdout(io.StringIO()):
+        handle_deprecated_rsl_rl_cfg(rsl_cfg, "5.0.0")
+    actor, critic, algorithm = rsl_cfg.actor, rsl_cfg.critic, rsl_cfg.algorithm
+
+    if rsl_cfg.class_name != "OnPolicyRunner":
+        raise UnsupportedAgentError(f"its rsl_rl agent runs {rsl_cfg.class_name}, not PPO's OnPolicyRunner")
+    if isinstance(actor, RslRlCNNModelCfg) or isinstance(critic, RslRlCNNModelCfg):
+        raise UnsupportedAgentError("it learns from images (CNN encoder); image observations are not supported yet")
+    for model in (actor, critic):
+        if model.class_name not in SUPPORTED_MODELS:
+            raise UnsupportedAgentError(f"its rsl_rl agent uses the custom model class {model.class_name}")
+    if algorithm.class_name != "PPO":
+        raise UnsupportedAgentError(f"its rsl_rl agent uses the custom algorithm {algorithm.class_name}")
+    if algorithm.rnd_cfg is not None or algorithm.symmetry_cfg is not None:
+        raise UnsupportedAgentError("its rsl_rl agent uses random network distillation or symmetry augmentation")
+    if algorithm.optimizer != "adam":
+        raise UnsupportedAgentError(f"its rsl_rl agent uses the {algorithm.optimizer} optimizer (only adam here)")
+    if algorithm.normalize_advantage_per_mini_batch:
+        raise UnsupportedAgentError("its rsl_rl agent normalises advantages per minibatch (here: per batch)")
+    distribution = actor.distribution_cfg
+    if distribution is None or distribution.class_name not in SUPPORTED_DISTRIBUTIONS:
+        name = None if distribution is None else distribution.class_name
+        raise UnsupportedAgentError(f"its rsl_rl actor uses the action distribution {name}")
+    if distribution.class_name == "HeteroscedasticGaussianDistribution":
+        logger.warning(
+            "rsl_rl agent %s learns a state-dependent action std; the torchrl port learns a state-independent one.",
+            rsl_cfg.experiment_name,
+        )
+
+    rnn = {}
+    if getattr(actor, "rnn_type", None):
+        rnn = {"rnn_type": actor.rnn_type.lower(), "rnn_hidden_size": actor.rnn_hidden_dim}
+        rnn["rnn_num_layers"] = actor.rnn_num_layers
+    elif recurrent:
+        rnn = dict(RECURRENT_VARIANT)
+    policy = TorchRLPolicyCfg(
+        actor_hidden_dims=list(actor.hidden_dims),
+        critic_hidden_dims=list(critic.hidden_dims),
+        activation=actor.activation,
+        init_noise_std=distribution.init_std,
+        noise_std_type=distribution.std_type,
+        actor_obs_normalization=actor.obs_normalization,
+        critic_obs_normalization=critic.obs_normalization,
+        **rnn,
+    )
+    ppo = TorchRLPpoCfg(
+        num_learning_epochs=algorithm.num_learning_epochs,
+        num_mini_batches=algorithm.num_mini_batches,
+        clip_param=algorithm.clip_param,
+        use_clipped_value_loss=algorithm.use_clipped_value_loss,
+        entropy_coef=algorithm.entropy_coef,
+        value_loss_coef=algorithm.value_loss_coef,
+        learning_rate=algorithm.learning_rate,
+        schedule=algorithm.schedule,
+        desired_kl=algorithm.desired_kl,
+        max_grad_norm=algorithm.max_grad_norm,
+        gamma=algorithm.gamma,
+        lam=algorithm.lam,
+    )
+    obs_groups = rsl_cfg.obs_groups if isinstance(rsl_cfg.obs_groups, dict) else None
+    experiment_name = rsl_cfg.experiment_name
+    if recurrent and not getattr(actor, "rnn_type", None):
+        experiment_name += "_lstm"
+    return TorchRLRunnerCfg(
+        seed=rsl_cfg.seed,
+        num_steps_per_env=rsl_cfg.num_steps_per_env,
+        max_iterations=rsl_cfg.max_iterations,
+        save_interval=rsl_cfg.save_interval,
+        experiment_name=experiment_name,
+        run_name=rsl_cfg.run_name,
+        obs_groups={key: list(value) for key, value in obs_groups.items()} if obs_groups else None,
+        clip_actions=rsl_cfg.clip_actions,
+        init_at_random_ep_len=rsl_cfg.init_at_random_ep_len,
+        policy=policy,
+        algorithm=ppo,
+    )
+
+
+def ported_agent(task: str, recurrent: bool = False) -> TorchRLRunnerCfg:
+    """The torchrl agent of ``task``, ported from its rsl_rl agent (its recurrent one, when asked and it has one).
+
+    Raises:
+        UnsupportedAgentError: the task's rsl_rl agent uses a feature the torchrl runner does not have.
+    """
+    import gymnasium as gym
+    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
+
+    kwargs = gym.spec(task).kwargs
+    key = RSL_RL_RECURRENT_ENTRY_POINT if recurrent and RSL_RL_RECURRENT_ENTRY_POINT in kwargs else RSL_RL_ENTRY_POINT
+    with contextlib.redirect_stdout(io.StringIO()):  # "[INFO]: Parsing configuration from: ..."
+        rsl_cfg = load_cfg_from_registry(task, key)
+    try:
+        return port_rsl_rl_cfg(rsl_cfg, recurrent=recurrent)
+    except UnsupportedAgentError as exc:
+        raise UnsupportedAgentError(f"Task {task!r} is not supported by the torchrl runner: {exc}.") from None
+
+
+def ported_entry_point(task: str, recurrent: bool = False) -> Callable[[], TorchRLRunnerCfg]:
+    """A registry entry point (a callable Isaac Lab's config loader calls) that ports ``task``'s rsl_rl agent."""
+
+    def entry_point() -> TorchRLRunnerCfg:
+        return ported_agent(task, recurrent)
+
+    entry_point.__qualname__ = f"ported_agent[{task}{', recurrent' if recurrent else ''}]"
+    return entry_point
