@@ -28,21 +28,40 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OFFLINE_ASSET_ROOT = os.path.join(REPO, "source", "isaaclab_torchrl", "offline_assets")
+TRAIN_SCRIPT = os.path.join(REPO, "scripts", "train.py")
 TRAINING_RUNS = {
-    # name: (command after the python interpreter, extra args)
-    "rsl_rl": (["-m", "isaaclab", "train", "--rl_library", "rsl_rl"], []),
-    "rsl_rl_recurrent": (
-        ["-m", "isaaclab", "train", "--rl_library", "rsl_rl"],
-        ["--agent", "rsl_rl_recurrent_cfg_entry_point"],
-    ),
-    "isaaclab_torchrl": (["-m", "isaaclab", "train", "--rl_library", "torchrl"], []),
-    "torchrl_mlp_sync": ([os.path.join(REPO, "scripts", "train.py"), "--agent", "torchrl"], []),
-    "torchrl_lstm_sync": ([os.path.join(REPO, "scripts", "train.py"), "--agent", "torchrl_lstm"], []),
-    "torchrl_mlp_async": ([os.path.join(REPO, "scripts", "train.py"), "--agent", "torchrl", "--async"], []),
-    "torchrl_lstm_async": ([os.path.join(REPO, "scripts", "train.py"), "--agent", "torchrl_lstm", "--async"], []),
+    # name: arguments after the python interpreter
+    "rsl_rl": ["-m", "isaaclab", "train", "--rl_library", "rsl_rl"],
+    "rsl_rl_recurrent": [
+        "-m",
+        "isaaclab",
+        "train",
+        "--rl_library",
+        "rsl_rl",
+        "--agent",
+        "rsl_rl_recurrent_cfg_entry_point",
+    ],
+    "isaaclab_torchrl": ["-m", "isaaclab", "train", "--rl_library", "torchrl"],
 }
+for network in ("mlp", "lstm"):
+    for mode in ("sync", "async"):
+        base = [TRAIN_SCRIPT, "--agent", "torchrl" if network == "mlp" else "torchrl_lstm"]
+        base += ["--async"] if mode == "async" else []
+        TRAINING_RUNS[f"torchrl_{network}_{mode}"] = base
+        # four collector subprocesses share the device, each with a quarter of the environments
+        TRAINING_RUNS[f"torchrl_{network}_{mode}_x4"] = [*base, "--num_collectors", "4"]
+        TRAINING_RUNS[f"torchrl_{network}_{mode}_compiled"] = [*base, "agent.compile=true"]
 ZERO_ACTION_RUNS = ("zero_action_raw", "zero_action_wrapper")
-DEFAULT_RUNS = ZERO_ACTION_RUNS + tuple(TRAINING_RUNS)
+ALL_RUNS = ZERO_ACTION_RUNS + tuple(TRAINING_RUNS)
+DEFAULT_RUNS = (
+    *ZERO_ACTION_RUNS,
+    "rsl_rl",
+    "isaaclab_torchrl",
+    "torchrl_mlp_sync",
+    "torchrl_mlp_async",
+    "torchrl_lstm_sync",
+    "torchrl_lstm_async",
+)
 LEARNING_TIME_TAG = "Perf/learning_time"
 COLLECTION_TIME_TAGS = ("Perf/collection time", "Perf/collection_time")
 
@@ -64,9 +83,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", default=None, help="Write all results to this file.")
     parser.add_argument("--zero_action", choices=("raw", "wrapper"), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.runs.split(",")) - set(DEFAULT_RUNS))
+    unknown = sorted(set(args.runs.split(",")) - set(ALL_RUNS))
     if unknown:
-        parser.error(f"unknown runs {unknown}; choose from {', '.join(DEFAULT_RUNS)}")
+        parser.error(f"unknown runs {unknown}; choose from {', '.join(ALL_RUNS)}")
     return args
 
 
@@ -142,9 +161,8 @@ Training runs.
 
 
 def training_command(name: str, args: argparse.Namespace) -> list[str]:
-    command, extra = TRAINING_RUNS[name]
-    cmd = [sys.executable, *command, "--task", args.task, "--num_envs", str(args.num_envs)]
-    cmd += ["--max_iterations", str(args.iterations), "--device", args.device, "--viz", "none", *extra]
+    cmd = [sys.executable, *TRAINING_RUNS[name], "--task", args.task, "--num_envs", str(args.num_envs)]
+    cmd += ["--max_iterations", str(args.iterations), "--device", args.device, "--viz", "none"]
     cmd += ["physics=newton_mjwarp"]
     if name.startswith("rsl_rl") or name == "isaaclab_torchrl":
         cmd.append(f"agent.device={args.device}")
@@ -177,6 +195,7 @@ def run_summary(run_dir: str, warmup: int) -> dict:
         "iterations": last.step,
         "steps_per_iteration": round(steps),
         "steps_per_s": steps * (last.step - first.step) / (last.wall_time - first.wall_time),
+        "env_steps": round(steps) * last.step,
         "collection_s": statistics.fmean(e.value for e in collection[warmup:]),
         "learning_s": statistics.fmean(e.value for e in events[warmup:]),
     }
@@ -227,15 +246,22 @@ def print_table(results: list[dict]) -> None:
 
     names = list(dict.fromkeys(r["run"] for r in results))
     reference, zero_action = median("rsl_rl", "steps_per_s"), median("zero_action_raw", "steps_per_s")
-    header = "| run | steps/s | vs rsl_rl | vs zero-action | collect s/it | learn s/it | mean return | lag | runs ok |"
-    print(header)
-    print("|---" * 9 + "|")
+    columns = ["run", "steps/s", "vs rsl_rl", "vs zero-action", "collect s/it", "learn s/it", "mean return"]
+    columns += ["after steps", "lag", "ok"]
+    print("| " + " | ".join(columns) + " |")
+    print("|---" * 10 + "|")
     for name in names:
         fps = median(name, "steps_per_s")
         cells = [name, f"{fps:,.0f}" if fps else "failed"]
         cells.append(f"{fps / reference:.2f}" if fps and reference else "")
         cells.append(f"{fps / zero_action:.3f}" if fps and zero_action else "")
-        for key, fmt in (("collection_s", "{:.3f}"), ("learning_s", "{:.3f}"), ("mean_return", "{:.2f}"), ("policy_lag", "{:.1f}")):
+        for key, fmt in (
+            ("collection_s", "{:.3f}"),
+            ("learning_s", "{:.3f}"),
+            ("mean_return", "{:.2f}"),
+            ("env_steps", "{:,.0f}"),
+            ("policy_lag", "{:.1f}"),
+        ):
             value = median(name, key)
             cells.append(fmt.format(value) if value is not None else "")
         runs = [r for r in results if r["run"] == name]
@@ -248,8 +274,7 @@ def main(argv: list[str]) -> int:
     if args.zero_action is not None:
         print("RESULT " + json.dumps(zero_action_rate(args)), flush=True)
         return 0
-    out_dir = os.environ.get("OUT") or tempfile.mkdtemp(prefix="throughput_")
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = tempfile.mkdtemp(prefix="throughput_")  # the runs' working folders (logs, checkpoints)
     results = []
     for round_index in range(args.repeat):
         for name in args.runs.split(","):
@@ -257,11 +282,11 @@ def main(argv: list[str]) -> int:
             result["round"] = round_index
             results.append(result)
             print(json.dumps(result), flush=True)
+            if args.json:  # after every run, so that an interrupted benchmark keeps what it measured
+                with open(args.json, "w") as file:
+                    json.dump({"args": vars(args), "results": results}, file, indent=2)
     print(f"\n{args.task}, {args.num_envs} envs, {args.device}, {args.iterations} iterations, {args.repeat} round(s)")
     print_table(results)
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump({"args": vars(args), "results": results}, file, indent=2)
     return 0 if all("error" not in r and r["returncode"] == 0 for r in results) else 1
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from datetime import datetime
 
 from isaaclab.utils.io import dump_yaml
@@ -19,6 +20,7 @@ import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac La
 from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task, validate_train_cfg
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint, resolve_checkpoint
+from isaaclab_torchrl.runners.safety import NonFiniteError, WorkerFailure
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -67,10 +69,18 @@ def resume_checkpoint(args: argparse.Namespace, agent_cfg) -> str:
 
 
 def make_log_dir(agent_cfg) -> str:
+    """Creates the run folder ``logs/torchrl/<experiment>/<time>[_<run name>]``, before any simulator starts."""
     run_name = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     if agent_cfg.run_name:
         run_name += f"_{agent_cfg.run_name}"
-    return os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name, run_name))
+    log_dir = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name, run_name))
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=log_dir):
+            pass
+    except OSError as exc:
+        raise UsageError(f"Cannot write the log directory {log_dir}: {exc}") from exc
+    return log_dir
 
 
 def main(argv: list[str]) -> int:
@@ -80,6 +90,8 @@ def main(argv: list[str]) -> int:
         apply_train_args(args, agent_cfg)
         validate_train_cfg(env_cfg, agent_cfg)
         checkpoint = resume_checkpoint(args, agent_cfg) if args.resume else None
+        # a resumed run goes on in its own folder, with its TensorBoard step axis
+        log_dir = os.path.dirname(os.path.abspath(checkpoint)) if checkpoint else make_log_dir(agent_cfg)
     except UsageError as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
@@ -100,8 +112,6 @@ def main(argv: list[str]) -> int:
     ]
     interface = probe_env_interface(factories[0])
 
-    # a resumed run goes on in its own folder, with its TensorBoard step axis
-    log_dir = os.path.dirname(os.path.abspath(checkpoint)) if checkpoint else make_log_dir(agent_cfg)
     runner = TorchRLRunner(factories, interface, agent_cfg, log_dir)
     if checkpoint:
         try:
@@ -118,10 +128,18 @@ def main(argv: list[str]) -> int:
         dump_yaml(os.path.join(log_dir, "params", "agent.yaml"), agent_cfg)
     print(f"[torchrl] Logging experiment in directory: {log_dir}")
     try:
-        runner.learn()
+        stopped_by = runner.learn()
     except KeyboardInterrupt:
-        print("[torchrl] Training interrupted.", file=sys.stderr)
+        print(f"[torchrl] Training aborted. Logs and checkpoints so far: {log_dir}", file=sys.stderr)
         return 130
+    except (WorkerFailure, NonFiniteError) as exc:
+        print(f"[torchrl] error: {exc}\n[torchrl] Logs and checkpoints: {log_dir}", file=sys.stderr)
+        return 1
+    if stopped_by is not None:
+        print(
+            f"[torchrl] Stopped by {stopped_by.name} at iteration {runner.iteration}. Logs and checkpoints: {log_dir}"
+        )
+        return 128 + stopped_by.value
     print(f"[torchrl] Logs and checkpoints: {log_dir}")
     return 0
 

@@ -27,6 +27,18 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "agent.algorithm.no_such_field=1"],
         "Invalid configuration override",
     ),
+    "non-positive steps per env": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.num_steps_per_env=0"],
+        "agent.num_steps_per_env must be >= 1",
+    ),
+    "more minibatches than trajectory slices": (
+        ["--task", "Isaac-Cartpole-Direct", "--num_envs", "8", "agent.algorithm.num_mini_batches=16"],
+        "agent.algorithm.num_mini_batches (16) must be between 1 and the 8 trajectory slices",
+    ),
+    "device that does not exist": (
+        ["--task", "Isaac-Cartpole-Direct", "--train_device", "cuda:3"],
+        "--train_device 'cuda:3' does not exist",
+    ),
     "non-positive learning rate": (
         ["--task", "Isaac-Cartpole-Direct", "agent.algorithm.learning_rate=0"],
         "learning_rate must be > 0",
@@ -43,3 +55,12 @@ def test_bad_input_is_rejected_cleanly(workdir, case):
     assert len(errors) == 1 and message in errors[0], process.stderr[-3000:]
     assert "Traceback" not in process.stderr
     assert not os.path.exists(os.path.join(workdir, "logs")), "nothing may be written"
+
+
+def test_unwritable_log_directory_is_rejected_before_the_simulation(workdir):
+    with open(os.path.join(workdir, "logs"), "w") as file:  # a file where the log folder must go
+        file.write("not a folder")
+    process = run_script("train.py", ["--task", "Isaac-Cartpole-Direct", *CPU_ARGS], cwd=workdir, timeout=300)
+    assert process.returncode == 2, process.stderr[-3000:]
+    assert "[torchrl] error: Cannot write the log directory" in process.stderr, process.stderr[-3000:]
+    assert "Starting the simulation" not in process.stdout + process.stderr

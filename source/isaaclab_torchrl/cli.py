@@ -86,6 +86,7 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
 
     # the simulation is launched with args.device, in the collector subprocesses too
     args.device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+    check_device(args.device, "--device")
     env_cfg.sim.device = args.device
     agent_cfg.device = args.device
     if args.num_envs is not None:
@@ -99,6 +100,20 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
         raise UsageError(f"Task {args.task!r} is a multi-agent task; the torchrl runner trains single-agent tasks.")
     use_available_actuators(env_cfg)
     return env_cfg, agent_cfg
+
+
+def check_device(name: str, option: str) -> None:
+    """Rejects a device that is not ``cpu`` or an existing ``cuda[:index]``."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"{option} {name!r} is not a device; use cpu or cuda:<index>.") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if (device.index or 0) >= count:
+            raise UsageError(f"{option} {name!r} does not exist: this machine has {count} CUDA device(s).")
+    elif device.type != "cpu":
+        raise UsageError(f"{option} {name!r} is not supported; use cpu or cuda:<index>.")
 
 
 def validate_train_cfg(env_cfg, agent_cfg) -> None:
@@ -116,6 +131,11 @@ def validate_train_cfg(env_cfg, agent_cfg) -> None:
         raise UsageError(
             f"num_envs ({num_envs}) must be a positive multiple of num_collectors ({collector.num_collectors})."
         )
+    if agent_cfg.train_device is not None:
+        check_device(agent_cfg.train_device, "--train_device")
+    for name in ("first_batch_timeout_s", "batch_timeout_s", "shutdown_timeout_s"):
+        if getattr(collector, name) <= 0:
+            raise UsageError(f"agent.collector.{name} must be > 0, got {getattr(collector, name)}.")
     if agent_cfg.num_steps_per_env < 1:
         raise UsageError(f"agent.num_steps_per_env must be >= 1, got {agent_cfg.num_steps_per_env}.")
     if agent_cfg.max_iterations < 1:

@@ -8,6 +8,7 @@ import logging
 import multiprocessing
 from typing import Any
 
+import cloudpickle
 import torch
 from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
 from tensordict import TensorDict, TensorDictBase
@@ -226,9 +227,9 @@ def env_interface(env) -> EnvInterface:
     )
 
 
-def _probe(factory: IsaacLabEnvFactory, queue) -> None:
+def _probe(pickled_factory: bytes, queue) -> None:
     try:
-        env = factory()
+        env = cloudpickle.loads(pickled_factory)()
         queue.put(("ok", env_interface(env)))
         env.close()
     except BaseException as exc:  # reported to the parent, which raises it
@@ -253,7 +254,8 @@ def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> 
     )
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    process = ctx.Process(target=_probe, args=(probe, queue), daemon=True)
+    # cloudpickle, as torchrl's collectors use for their env factories: task configs may hold lambdas
+    process = ctx.Process(target=_probe, args=(cloudpickle.dumps(probe), queue), daemon=True)
     process.start()
     try:
         status, payload = queue.get(timeout=timeout)

@@ -120,6 +120,7 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         run_name=rsl_cfg.run_name,
         obs_groups={key: list(value) for key, value in obs_groups.items()} if obs_groups else None,
         clip_actions=rsl_cfg.clip_actions,
+        check_for_nan=rsl_cfg.check_for_nan,
         init_at_random_ep_len=rsl_cfg.init_at_random_ep_len,
         policy=policy,
         algorithm=ppo,

@@ -75,6 +75,13 @@ class TorchRLCollectorCfg:
     collection on a GPU (see :meth:`TorchRLRunner._make_collector`)."""
     recurrent_backend: str = "pad"
     """Backend of the recurrent layers in training mode: ``"pad"`` (cuDNN), ``"scan"`` or ``"triton"``."""
+    first_batch_timeout_s: float = 900.0
+    """Seconds to wait for the first batch (the workers start their simulations first; on a fresh GPU machine
+    that includes compiling the simulator's kernels) before stopping with a timeout error."""
+    batch_timeout_s: float = 120.0
+    """Seconds to wait for any later batch before stopping with a timeout error (a hung worker)."""
+    shutdown_timeout_s: float = 10.0
+    """Seconds the workers get to shut down cleanly, when training ends or fails, before they are killed."""
 
 
 @configclass
@@ -86,6 +93,9 @@ class TorchRLRunnerCfg:
     """Device of the simulation and of the collection-time policy (overridden by ``--device``)."""
     train_device: str | None = None
     """Device of the learner; ``None`` uses :attr:`device`."""
+    compile: bool = False
+    """Compile the PPO gradient step (loss, backward, optimizer) with ``torch.compile``; the compilation runs in
+    the first iterations and counts in their time."""
     num_steps_per_env: int = MISSING
     max_iterations: int = MISSING
     save_interval: int = 50
@@ -98,6 +108,9 @@ class TorchRLRunnerCfg:
     ``critic`` when the task defines it (asymmetric actor-critic), else what the actor reads."""
     clip_actions: float | None = None
     """Clipping range of the actions sent to the environment; ``None`` disables it."""
+    check_for_nan: bool = True
+    """Stop on NaN/Inf in observations, rewards, advantages, losses or gradients (rsl_rl's option of the same
+    name). The loss and gradient check reads one flag per minibatch from the learner's device."""
     init_at_random_ep_len: bool = True
     """Start the first episodes at random points of their time limit (rsl_rl's option of the same name), so
     that episodes do not all time out in the same step."""

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import signal
 import statistics
 import time
 
 import torch
 import yaml
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch.utils.tensorboard import SummaryWriter
 from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 from torchrl.modules import set_recurrent_mode
@@ -28,6 +30,7 @@ from ..models import (
     observation_normalizers,
 )
 from .checkpoint import load_checkpoint, save_checkpoint
+from .safety import CollectorWatchdog, NonFiniteError, StopSignals, WorkerFailure, ignore_interrupts
 
 
 def compute_advantages(gae: GAE, batch: TensorDictBase, critic_obs_keys: tuple[str, ...]) -> TensorDictBase:
@@ -100,12 +103,20 @@ class TorchRLRunner:
         )
         # shifted=True runs the (recurrent) critic once over [obs_0 .. obs_T-1, obs_T] per trajectory slice
         self.gae = GAE(gamma=algo.gamma, lmbda=algo.lam, value_network=self.critic, average_gae=False, shifted=True)
-        self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=algo.learning_rate)
-        self.learning_rate = algo.learning_rate
+        self.loss_keys = [key for key in self.loss.in_keys if not (isinstance(key, tuple) and key[0] == "next")]
+        self.loss_keys += ["advantage", "value_target", "state_value"]
+        # the learning rate is a tensor on the learner's device, adapted there, so that no minibatch waits for the
+        # GPU to report its KL (Adam reads a tensor learning rate on CUDA with capturable=True)
+        self.lr = torch.tensor(float(algo.learning_rate), device=self.train_device)
+        self.optimizer = torch.optim.Adam(
+            self.loss.parameters(), lr=self.lr, capturable=self.train_device.type == "cuda"
+        )
+        self._train_step = torch.compile(self._gradient_step) if cfg.compile else self._gradient_step
         self.iteration = 0
         self.policy_version = 0
         self.collector = None
         self.writer = None
+        self._last_saved = None
         self.episode_returns = collections.deque(maxlen=100)
         self.episode_lengths = collections.deque(maxlen=100)
 
@@ -113,80 +124,152 @@ class TorchRLRunner:
     Training.
     """
 
-    def learn(self, num_iterations: int | None = None) -> None:
-        """Collects and trains for ``num_iterations`` iterations (default: ``cfg.max_iterations``)."""
+    def learn(self, num_iterations: int | None = None) -> signal.Signals | None:
+        """Collects and trains for ``num_iterations`` iterations (default: ``cfg.max_iterations``).
+
+        SIGINT or SIGTERM stops training after the current update, which is saved; a second SIGINT aborts at
+        once. The collector workers are shut down whatever happens.
+
+        Returns:
+            The signal that stopped training, or ``None`` when it ran all its iterations.
+
+        Raises:
+            WorkerFailure: a collector worker died, or no batch came within the timeout.
+            NonFiniteError: NaN/Inf in a batch or in the update (the last checkpoint holds parameters from
+                before it).
+        """
         num_iterations = self.cfg.max_iterations if num_iterations is None else num_iterations
         if self.log_dir is not None and self.writer is None:
             # a resumed run continues the same event stream; steps logged after its checkpoint are dropped
             self.writer = SummaryWriter(log_dir=self.log_dir, flush_secs=10, purge_step=self.iteration + 1)
-        self.collector = self._make_collector()
+        collector_cfg = self.cfg.collector
         start_iteration = self.iteration
         end_iteration = start_iteration + num_iterations
         start_time = time.perf_counter()
+        watchdog = None
         try:
-            batches = iter(self.collector)
-            while self.iteration < end_iteration:
-                collect_start = time.perf_counter()
-                batch = next(batches)
-                collect_time = time.perf_counter() - collect_start
-                learn_start = time.perf_counter()
-                stats = self.update(batch)
-                self.policy_version += 1
-                self.collector.update_policy_weights_()
-                learn_time = time.perf_counter() - learn_start
-                self.iteration += 1
-                stats.update(self._episode_stats(batch))
-                stats["policy_lag"] = self._policy_lag(batch)
-                self._log(stats, batch.numel(), collect_time, learn_time, start_time, start_iteration, end_iteration)
-                if self.log_dir is not None and (
-                    self.iteration % self.cfg.save_interval == 0 or self.iteration == end_iteration
-                ):
-                    self.save(os.path.join(self.log_dir, f"model_{self.iteration}.pt"))
+            with StopSignals() as stop:
+                self.collector = self._make_collector()
+                watchdog = CollectorWatchdog(
+                    self.collector.procs, collector_cfg.first_batch_timeout_s, collector_cfg.batch_timeout_s
+                )
+                batches = iter(self.collector)
+                while self.iteration < end_iteration and stop.received is None:
+                    collect_start = time.perf_counter()
+                    watchdog.expect_batch()
+                    try:
+                        batch = next(batches)
+                    except WorkerFailure:
+                        raise
+                    except Exception as exc:  # torchrl stops the collector when a worker dies or is killed
+                        raise watchdog.failure(exc) from exc
+                    watchdog.batch_received()
+                    collect_time = time.perf_counter() - collect_start
+                    learn_start = time.perf_counter()
+                    try:
+                        stats = self.update(batch)
+                    except NonFiniteError as exc:
+                        if exc.parameters_unchanged:
+                            self._save_iteration()
+                        raise
+                    self.policy_version += 1
+                    self.collector.update_policy_weights_()
+                    learn_time = time.perf_counter() - learn_start
+                    self.iteration += 1
+                    stats.update(self._episode_stats(batch))
+                    stats["policy_lag"] = self._policy_lag(batch)
+                    self._log(
+                        stats, batch.numel(), collect_time, learn_time, start_time, start_iteration, end_iteration
+                    )
+                    if self.iteration % self.cfg.save_interval == 0 or self.iteration == end_iteration:
+                        self._save_iteration()
+                if stop.received is not None:
+                    self._save_iteration()
+                return stop.received
+        except KeyboardInterrupt:
+            # a second SIGINT: no waiting for the workers to finish their rollouts
+            if watchdog is not None:
+                watchdog.stop()
+                watchdog.kill_workers()
+            raise
         finally:
+            if watchdog is not None:
+                watchdog.stop()
             self.close()
+
+    def _save_iteration(self) -> None:
+        """Saves ``model_<iteration>.pt`` (once per iteration) in the run folder."""
+        path = None if self.log_dir is None else os.path.join(self.log_dir, f"model_{self.iteration}.pt")
+        if path is not None and path != self._last_saved:
+            self.save(path)
+            self._last_saved = path
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One PPO update (GAE, then epochs of minibatches of whole trajectory slices) on a collected batch."""
         algo = self.cfg.algorithm
         batch = batch.to(self.train_device)
-        self._check_finite(batch)
+        critic_keys = self.interface.critic_obs_keys
+        if self.cfg.check_for_nan:
+            final_obs = [("next", FINAL_OBS_KEY, key) for key in critic_keys]
+            self._check_finite(batch, [*self.interface.obs_keys, *final_obs, ("next", "reward")], "batch")
+        batch = compute_advantages(self.gae, batch, critic_keys)
+        if self.cfg.check_for_nan:
+            self._check_finite(batch, ["advantage", "value_target"], "advantages")
+        # after the checks, so that a bad batch leaves the networks (statistics included) as they were
         self._update_normalizers(batch)
-        batch = compute_advantages(self.gae, batch, self.interface.critic_obs_keys)
         if algo.normalize_advantage:
             advantage = batch["advantage"]
             valid = batch["shifted_valid"].unsqueeze(-1).expand_as(advantage)
             mean, std = advantage[valid].mean(), advantage[valid].std()
             batch["advantage"] = (advantage - mean) / (std + 1e-8)
 
+        # only what the loss reads: indexing a minibatch then copies a few tensors instead of the whole batch
+        batch = batch.select(*self.loss_keys)
         num_slices = batch.shape[0]
-        # summed on the device and read once per update: no host sync per minibatch but the learning rate's
-        sums = collections.defaultdict(float)
+        # summed on the device and read once per update: no host sync per minibatch
+        sums = None
         num_updates = 0
-        for _ in range(algo.num_learning_epochs):
+        for epoch in range(algo.num_learning_epochs):
             for indices in torch.randperm(num_slices, device=batch.device).chunk(algo.num_mini_batches):
-                minibatch = batch[indices]
-                with set_recurrent_mode(True):
-                    losses = self.loss(minibatch)
-                loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), algo.max_grad_norm)
-                # k3 estimator of KL(behaviour || current) from the loss's ratio statistics: non-negative per sample
-                # and with less variance than kl_approx (k1), as the adaptive schedule needs
-                kl = (losses["mean_ratio"] - 1.0 + losses["kl_approx"]).detach()
+                stats = self._train_step(batch[indices])
+                if self.cfg.check_for_nan and not bool(torch.isfinite(torch.stack(list(stats.values()))).all()):
+                    bad = [key for key, value in stats.items() if not bool(torch.isfinite(value))]
+                    raise NonFiniteError(
+                        f"Non-finite {bad} in minibatch {num_updates + 1} (epoch {epoch + 1}) of the update of "
+                        f"iteration {self.iteration + 1}; that gradient step was not applied.",
+                        parameters_unchanged=num_updates == 0,
+                    )
                 if algo.schedule == "adaptive":
-                    self._adapt_learning_rate(float(kl))
+                    self._adapt_learning_rate(stats["kl"])
                 self.optimizer.step()
-                for key, value in (
-                    ("surrogate", losses["loss_objective"]),
-                    ("value_function", losses["loss_critic"]),
-                    ("entropy", losses["entropy"]),
-                    ("kl", kl),
-                    ("grad_norm", grad_norm),
-                ):
-                    sums[key] = sums[key] + value.detach()
+                sums = stats if sums is None else sums + stats
                 num_updates += 1
         return {key: float(value) / num_updates for key, value in sums.items()}
+
+    def _gradient_step(self, minibatch: TensorDictBase) -> TensorDictBase:
+        """Loss and clipped gradient on one minibatch; returns its statistics (the step is the caller's, after
+        the NaN check).
+
+        Compiled with ``torch.compile`` when ``cfg.compile`` is set (compilation happens in the first calls).
+        """
+        with set_recurrent_mode(True):
+            losses = self.loss(minibatch)
+        loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.cfg.algorithm.max_grad_norm)
+        # k3 estimator of KL(behaviour || current) from the loss's ratio statistics: non-negative per sample and
+        # with less variance than kl_approx (k1), as the adaptive schedule needs
+        kl = (losses["mean_ratio"] - 1.0 + losses["kl_approx"]).detach()
+        return TensorDict(
+            {
+                "surrogate": losses["loss_objective"].detach(),
+                "value_function": losses["loss_critic"].detach(),
+                "entropy": losses["entropy"].detach(),
+                "kl": kl,
+                "grad_norm": grad_norm.detach(),
+            }
+        )
 
     def _update_normalizers(self, batch: TensorDictBase) -> None:
         """Merges the batch's observations into the running statistics of the networks' inputs.
@@ -196,27 +279,31 @@ class TorchRLRunner:
         for normalizer, keys in self.normalizers:
             normalizer.update(torch.cat([batch[key] for key in keys], dim=-1))
 
-    def _check_finite(self, batch: TensorDictBase) -> None:
-        """Stops on NaN/Inf in the observations or rewards, naming the key, before they reach the networks."""
-        critic_keys = self.interface.critic_obs_keys
-        keys = [*self.interface.obs_keys, *[("next", FINAL_OBS_KEY, key) for key in critic_keys], ("next", "reward")]
+    def _check_finite(self, batch: TensorDictBase, keys: list, what: str) -> None:
+        """Stops on NaN/Inf in ``batch[keys]``, naming the keys, before they change the networks (one host sync)."""
         finite = torch.stack([torch.isfinite(batch[key]).all() for key in keys])
         if not bool(finite.all()):
             bad = [key for key, ok in zip(keys, finite.tolist(), strict=True) if not ok]
-            raise FloatingPointError(
-                f"Non-finite values (NaN/Inf) in {bad} of the batch collected for iteration {self.iteration + 1}: "
-                "the simulation diverged; no update was made with this batch."
+            raise NonFiniteError(
+                f"Non-finite values (NaN/Inf) in {bad} of the {what} of iteration {self.iteration + 1}: no update "
+                "was made with this batch.",
+                parameters_unchanged=True,
             )
 
-    def _adapt_learning_rate(self, kl: float) -> None:
+    def _adapt_learning_rate(self, kl: torch.Tensor) -> None:
         """rsl_rl's adaptive schedule: shrink the learning rate when the policy moved too far, grow it otherwise."""
-        algo = self.cfg.algorithm
-        if kl > algo.desired_kl * 2.0:
-            self.learning_rate = max(1e-5, self.learning_rate / 1.5)
-        elif 0.0 < kl < algo.desired_kl / 2.0:
-            self.learning_rate = min(1e-2, self.learning_rate * 1.5)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate
+        desired_kl = self.cfg.algorithm.desired_kl
+        shrunk = torch.clamp(self.lr / 1.5, min=1e-5)
+        grown = torch.clamp(self.lr * 1.5, max=1e-2)
+        lr = torch.where(
+            kl > desired_kl * 2.0, shrunk, torch.where((kl > 0.0) & (kl < desired_kl / 2.0), grown, self.lr)
+        )
+        self.lr.copy_(lr)
+
+    @property
+    def learning_rate(self) -> float:
+        """The current learning rate (reading it waits for the learner's device)."""
+        return float(self.lr)
 
     """
     Collection.
@@ -245,13 +332,22 @@ class TorchRLRunner:
             compact_obs=cfg.collector.compact_obs,
             track_policy_version=True,
             auto_register_policy_transforms=True,
+            init_fn=ignore_interrupts,
             **kwargs,
         )
 
     def close(self) -> None:
-        """Shuts the collector workers down and flushes the logs."""
+        """Shuts the collector workers down (killing those that do not stop in time) and flushes the logs."""
         if self.collector is not None:
-            self.collector.shutdown()
+            processes = list(getattr(self.collector, "procs", []))
+            with contextlib.suppress(Exception):  # workers that died or were killed cannot answer
+                self.collector.shutdown(timeout=self.cfg.collector.shutdown_timeout_s, raise_on_error=False)
+            for process in processes:
+                with contextlib.suppress(Exception):
+                    process.join(timeout=self.cfg.collector.shutdown_timeout_s)
+                    if process.is_alive():
+                        process.kill()
+                        process.join(timeout=5)
             self.collector = None
         if self.writer is not None:
             self.writer.flush()
@@ -352,9 +448,9 @@ class TorchRLRunner:
                 f"Checkpoint {path} does not fit this task and agent (different observation/action sizes or "
                 f"networks): {str(exc).splitlines()[0]}"
             ) from exc
-        self.learning_rate = state["learning_rate"]
+        self.lr.fill_(float(state["learning_rate"]))
         for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate
+            group["lr"] = self.lr
         self.iteration = state["iteration"]
         torch.set_rng_state(state["rng_state"].cpu())
 

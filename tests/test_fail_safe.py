@@ -1,0 +1,192 @@
+"""Training fails safe: a killed or hung worker, SIGINT/SIGTERM, NaN rewards. Real train.py processes, real
+collector workers, real signals; afterwards no process of the run may be left and the checkpoints must load."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+
+from conftest import CPU_ARGS, REPO, assert_ok, run_dirs, run_script, scalars, script_env
+
+TASK_ARGS = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", *CPU_ARGS]
+ITERATION = re.compile(r"\[torchrl\] it +(\d+)/")
+
+
+class Training:
+    """A ``scripts/train.py`` process whose output is read as it comes, and whose descendants are tracked."""
+
+    def __init__(self, workdir, args: list[str], extra_env: dict | None = None):
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [sys.executable, os.path.join(REPO, "scripts", "train.py"), *args],
+            cwd=workdir,
+            env=script_env(extra_env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.descendants: dict[int, psutil.Process] = {}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def last_iteration(self) -> int:
+        found = ITERATION.findall(self.output)
+        return int(found[-1]) if found else 0
+
+    def wait_for_iteration(self, iteration: int, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while self.last_iteration() < iteration:
+            assert self.process.poll() is None, f"training ended early:\n{self.output[-4000:]}"
+            assert time.monotonic() < deadline, f"no iteration {iteration} within {timeout} s:\n{self.output[-4000:]}"
+            self.track_descendants()
+            time.sleep(0.2)
+        self.track_descendants()
+
+    def track_descendants(self) -> None:
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            self.descendants.setdefault(child.pid, child)
+
+    def workers(self) -> list[psutil.Process]:
+        """The collector worker processes (spawned Python processes other than multiprocessing's helpers)."""
+        workers = []
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            cmdline = " ".join(child.cmdline())
+            if "spawn_main" in cmdline and "resource_tracker" not in cmdline:
+                workers.append(child)
+        return workers
+
+    def wait(self, timeout: float) -> tuple[int, float]:
+        start = time.monotonic()
+        try:
+            returncode = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            pytest.fail(f"training did not stop within {timeout} s:\n{self.output[-4000:]}")
+        self._reader.join(timeout=10)
+        return returncode, time.monotonic() - start
+
+    def assert_no_process_left(self, grace: float = 10.0) -> None:
+        deadline = time.monotonic() + grace
+        alive = []
+        while time.monotonic() < deadline:
+            alive = [p for p in self.descendants.values() if _alive(p)]
+            if not alive:
+                return
+            time.sleep(0.2)
+        for process in alive:
+            process.kill()
+        pytest.fail(f"processes left behind: {[(p.pid, p.cmdline()) for p in alive if _alive(p)]}")
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _latest_checkpoint(workdir) -> tuple[str, int]:
+    (run_dir,) = run_dirs(workdir, "cartpole_direct")
+    iterations = [int(name[6:-3]) for name in os.listdir(run_dir) if re.fullmatch(r"model_\d+\.pt", name)]
+    assert iterations, os.listdir(run_dir)
+    return run_dir, max(iterations)
+
+
+def _assert_checkpoint_plays(workdir, run_dir: str, iteration: int) -> None:
+    path = os.path.join(run_dir, f"model_{iteration}.pt")
+    state = torch.load(path, weights_only=True)
+    assert state["iteration"] == iteration
+    assert all(bool(torch.isfinite(value).all()) for value in state["actor"].values() if value.is_floating_point())
+    played = run_script("play.py", [*TASK_ARGS, "--checkpoint", path, "--max_steps", "5"], cwd=workdir)
+    assert_ok(played)
+
+
+def test_killed_worker_stops_training_with_intact_checkpoints(workdir):
+    training = Training(
+        workdir, [*TASK_ARGS, "--num_collectors", "2", "--max_iterations", "1000", "agent.save_interval=1"]
+    )
+    training.wait_for_iteration(2)
+    workers = training.workers()
+    assert len(workers) == 2, [w.cmdline() for w in workers]
+    workers[1].send_signal(signal.SIGKILL)
+    returncode, seconds = training.wait(timeout=60)
+    assert returncode == 1, training.output[-3000:]
+    assert "collector worker 1" in training.output and "SIGKILL" in training.output, training.output[-3000:]
+    assert seconds < 30, f"took {seconds:.1f} s to stop"
+    training.assert_no_process_left()
+    run_dir, iteration = _latest_checkpoint(workdir)
+    assert iteration >= 2
+    _assert_checkpoint_plays(workdir, run_dir, iteration)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_after_the_update_and_saves_it(workdir, signum):
+    training = Training(workdir, [*TASK_ARGS, "--max_iterations", "1000"])
+    training.wait_for_iteration(2)
+    training.process.send_signal(signum)
+    returncode, seconds = training.wait(timeout=60)
+    assert returncode == 128 + signum, training.output[-3000:]
+    assert f"{signum.name} received" in training.output
+    training.assert_no_process_left()
+    last = training.last_iteration()
+    run_dir, iteration = _latest_checkpoint(workdir)
+    assert iteration == last, "the checkpoint is that of the last finished update"
+    assert scalars(run_dir)["Loss/surrogate"][-1][0] == last, "TensorBoard was flushed"
+    _assert_checkpoint_plays(workdir, run_dir, iteration)
+
+
+def test_second_sigint_aborts_at_once(workdir):
+    training = Training(workdir, [*TASK_ARGS, "--max_iterations", "1000"])
+    training.wait_for_iteration(2)
+    training.process.send_signal(signal.SIGINT)
+    time.sleep(0.1)
+    training.process.send_signal(signal.SIGINT)
+    returncode, seconds = training.wait(timeout=60)
+    assert returncode != 0, training.output[-3000:]
+    assert seconds < 30, f"took {seconds:.1f} s to abort"
+    training.assert_no_process_left()
+
+
+def test_hung_worker_is_a_timeout_error(workdir):
+    args = [*TASK_ARGS, "--max_iterations", "1000", "agent.collector.batch_timeout_s=5"]
+    training = Training(workdir, args)
+    training.wait_for_iteration(2)
+    (worker,) = training.workers()
+    worker.send_signal(signal.SIGSTOP)  # alive but silent
+    returncode, seconds = training.wait(timeout=90)
+    assert returncode == 1, training.output[-3000:]
+    assert "delivered no batch within 5 s" in training.output, training.output[-3000:]
+    training.assert_no_process_left()
+
+
+def test_nan_rewards_stop_training_and_keep_the_parameters_from_before(workdir):
+    env = {"PYTHONPATH": os.path.join(REPO, "tests", "tasks")}
+    args = ["--task", "nan_cartpole:Isaac-Cartpole-NaN-Test", "--num_envs", "16", *CPU_ARGS]
+    process = run_script(
+        "train.py", [*args, "--max_iterations", "10", "agent.save_interval=100"], workdir, extra_env=env
+    )
+    assert process.returncode == 1, process.stdout[-2000:] + process.stderr[-3000:]
+    # the third rollout (env steps 33-48) holds the first NaN reward
+    assert "('next', 'reward')" in process.stderr and "iteration 3" in process.stderr, process.stderr[-3000:]
+    (run_dir,) = run_dirs(workdir, "cartpole_direct")
+    assert sorted(name for name in os.listdir(run_dir) if name.endswith(".pt")) == ["model_2.pt"]
+    state = torch.load(os.path.join(run_dir, "model_2.pt"), weights_only=True)
+    assert state["iteration"] == 2
+    assert all(bool(torch.isfinite(value).all()) for value in state["actor"].values() if value.is_floating_point())
