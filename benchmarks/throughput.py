@@ -51,6 +51,8 @@ for network in ("mlp", "lstm"):
         # four collector subprocesses share the device, each with a quarter of the environments
         TRAINING_RUNS[f"torchrl_{network}_{mode}_x4"] = [*base, "--num_collectors", "4"]
         TRAINING_RUNS[f"torchrl_{network}_{mode}_compiled"] = [*base, "agent.compile=true"]
+        # without the per-minibatch NaN check (its host sync), to measure what it costs
+        TRAINING_RUNS[f"torchrl_{network}_{mode}_nocheck"] = [*base, "agent.check_for_nan=false"]
 ZERO_ACTION_RUNS = ("zero_action_raw", "zero_action_wrapper")
 ALL_RUNS = ZERO_ACTION_RUNS + tuple(TRAINING_RUNS)
 DEFAULT_RUNS = (
