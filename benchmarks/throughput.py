@@ -29,19 +29,13 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OFFLINE_ASSET_ROOT = os.path.join(REPO, "source", "isaaclab_torchrl", "offline_assets")
 TRAIN_SCRIPT = os.path.join(REPO, "scripts", "train.py")
+ISAACLAB_TRAIN = os.path.join(REPO, "benchmarks", "isaaclab_train_offline.py")  # `isaaclab train`, offline ANYmal
+RSL_RL = [ISAACLAB_TRAIN, "--rl_library", "rsl_rl"]
 TRAINING_RUNS = {
     # name: arguments after the python interpreter
-    "rsl_rl": ["-m", "isaaclab", "train", "--rl_library", "rsl_rl"],
-    "rsl_rl_recurrent": [
-        "-m",
-        "isaaclab",
-        "train",
-        "--rl_library",
-        "rsl_rl",
-        "--agent",
-        "rsl_rl_recurrent_cfg_entry_point",
-    ],
-    "isaaclab_torchrl": ["-m", "isaaclab", "train", "--rl_library", "torchrl"],
+    "rsl_rl": RSL_RL,
+    "rsl_rl_recurrent": [*RSL_RL, "--agent", "rsl_rl_recurrent_cfg_entry_point"],
+    "isaaclab_torchrl": [ISAACLAB_TRAIN, "--rl_library", "torchrl"],
 }
 for network in ("mlp", "lstm"):
     for mode in ("sync", "async"):

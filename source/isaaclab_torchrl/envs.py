@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 from typing import Any
 
 import cloudpickle
@@ -102,11 +103,9 @@ def use_available_actuators(env_cfg) -> None:
     actuators = getattr(robot, "actuators", None)
     if not isinstance(actuators, dict):
         return
-    from isaaclab.utils.assets import check_file_path
-
     for name, actuator in actuators.items():
         network_file = str(getattr(actuator, "network_file", "") or "")
-        if not network_file.endswith("anydrive_3_lstm_jit.pt") or check_file_path(network_file):
+        if not network_file.endswith("anydrive_3_lstm_jit.pt") or _file_available(network_file):
             continue
         from isaaclab_assets.robots.anymal import ANYDRIVE_3_SIMPLE_ACTUATOR_CFG
 
@@ -116,6 +115,18 @@ def use_available_actuators(env_cfg) -> None:
             name,
         )
         actuators[name] = ANYDRIVE_3_SIMPLE_ACTUATOR_CFG.replace(joint_names_expr=actuator.joint_names_expr)
+
+
+def _file_available(path: str) -> bool:
+    """Whether an asset file exists, locally or on Isaac Lab's asset server."""
+    if os.path.isfile(path):
+        return True
+    from isaaclab.utils.assets import check_file_path
+
+    try:
+        return bool(check_file_path(path))
+    except ImportError:  # no client for remote assets (omni.client), as in a kitless pip install
+        return False
 
 
 def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
