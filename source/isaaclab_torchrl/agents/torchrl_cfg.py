@@ -71,8 +71,9 @@ class TorchRLCollectorCfg:
     compact_obs: bool = True
     """Drop the ``("next", obs)`` mirrors of the root observations from the collected batches."""
     storing_device: str | None = None
-    """Device the batches are stored on; ``None``: the simulation device, except the CPU for asynchronous
-    collection on a GPU (see :meth:`TorchRLRunner._make_collector`)."""
+    """Device the batches are stored on; ``None``: the CPU when collecting on a GPU (see
+    :meth:`TorchRLRunner._make_collector`: shared CUDA buffers were corrupted with torchrl 0.14.1), else the
+    simulation device. ``cuda:<i>`` is faster and was seen to work with Cartpole, not with ANYmal."""
     recurrent_backend: str = "pad"
     """Backend of the recurrent layers in training mode: ``"pad"`` (cuDNN), ``"scan"`` or ``"triton"``."""
     first_batch_timeout_s: float = 900.0

@@ -316,10 +316,11 @@ class TorchRLRunner:
         kwargs = {"cat_results": "stack"} if cfg.collector.sync else {}
         storing_device = cfg.collector.storing_device
         if storing_device is None:
-            # torchrl 0.14.1's asynchronous collector clones a worker's CUDA buffer and lets the worker write the
-            # next rollout into it without waiting for the copy (seen on an H200 as NaN observations and illegal
-            # memory accesses); host memory is copied synchronously
-            storing_device = "cpu" if not cfg.collector.sync and self.device.type == "cuda" else cfg.device
+            # batches collected on a GPU go through host memory: with torchrl 0.14.1, rollouts left in the
+            # workers' shared CUDA buffers were corrupted on an H200 (asynchronous Cartpole: NaN observations, an
+            # illegal memory access; synchronous ANYmal: illegal memory access and SIGSEGV in the worker in its
+            # first iterations), while host-stored batches ran cleanly in both
+            storing_device = "cpu" if self.device.type == "cuda" else cfg.device
         return collector_class(
             create_env_fn=self.env_factories,
             policy=self.collection_policy,
