@@ -14,12 +14,14 @@ import sys
 import tempfile
 from datetime import datetime
 
+import torch
 from isaaclab.utils.io import dump_yaml
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task, validate_train_cfg
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint, resolve_checkpoint
+from isaaclab_torchrl.runners.distributed import init_distributed, parameter_checksum
 from isaaclab_torchrl.runners.safety import NonFiniteError, WorkerFailure
 
 
@@ -37,6 +39,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--load_run", type=str, default=".*", help="With --resume: regex of the run folder (newest).")
     parser.add_argument(
         "--checkpoint", type=str, default="latest", help="With --resume: checkpoint file, run folder, file-name regex."
+    )
+    parser.add_argument(
+        "--distributed", action="store_true", default=False, help="Data-parallel over torchrun's ranks."
     )
     add_task_args(parser)
     return parser
@@ -85,13 +90,28 @@ def make_log_dir(agent_cfg) -> str:
 
 def main(argv: list[str]) -> int:
     args, hydra_args = parse_args(make_parser(), argv)
+    context = None
     try:
+        if args.distributed:
+            if "LOCAL_RANK" not in os.environ:
+                raise UsageError("--distributed runs under torchrun: torchrun --nproc_per_node G scripts/train.py ...")
+            if (args.device is None or args.device.startswith("cuda")) and torch.cuda.is_available():
+                args.device = f"cuda:{os.environ['LOCAL_RANK']}"  # each rank simulates and learns on its own GPU
         env_cfg, agent_cfg = resolve_task(args, hydra_args)
         apply_train_args(args, agent_cfg)
         validate_train_cfg(env_cfg, agent_cfg)
         checkpoint = resume_checkpoint(args, agent_cfg) if args.resume else None
-        # a resumed run goes on in its own folder, with its TensorBoard step axis
-        log_dir = os.path.dirname(os.path.abspath(checkpoint)) if checkpoint else make_log_dir(agent_cfg)
+        if args.distributed:
+            # the group waits as long as the slowest rank's first batch may take
+            timeout = agent_cfg.collector.first_batch_timeout_s + 60.0
+            context = init_distributed(use_cuda=args.device.startswith("cuda"), timeout_s=timeout)
+            # each rank's environments and exploration differ: distinct seeds per rank and collector
+            agent_cfg.seed += context.rank * agent_cfg.collector.num_collectors
+        # a resumed run goes on in its own folder, with its TensorBoard step axis; only rank 0 writes
+        if context is not None and not context.is_main:
+            log_dir = None
+        else:
+            log_dir = os.path.dirname(os.path.abspath(checkpoint)) if checkpoint else make_log_dir(agent_cfg)
     except UsageError as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
@@ -112,7 +132,7 @@ def main(argv: list[str]) -> int:
     ]
     interface = probe_env_interface(factories[0])
 
-    runner = TorchRLRunner(factories, interface, agent_cfg, log_dir)
+    runner = TorchRLRunner(factories, interface, agent_cfg, log_dir, distributed=context)
     if checkpoint:
         try:
             runner.load(checkpoint)
@@ -123,10 +143,11 @@ def main(argv: list[str]) -> int:
             f"[torchrl] Resuming from {checkpoint} (iteration {runner.iteration}, "
             f"learning rate {runner.learning_rate:.6g})"
         )
-    else:
+    elif log_dir is not None:
         dump_yaml(os.path.join(log_dir, "params", "env.yaml"), env_cfg)
         dump_yaml(os.path.join(log_dir, "params", "agent.yaml"), agent_cfg)
-    print(f"[torchrl] Logging experiment in directory: {log_dir}")
+    if log_dir is not None:
+        print(f"[torchrl] Logging experiment in directory: {log_dir}")
     try:
         stopped_by = runner.learn()
     except KeyboardInterrupt:
@@ -135,12 +156,24 @@ def main(argv: list[str]) -> int:
     except (WorkerFailure, NonFiniteError) as exc:
         print(f"[torchrl] error: {exc}\n[torchrl] Logs and checkpoints: {log_dir}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        if context is None:
+            raise
+        # another rank failed: its collective operations end with an error here
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"[torchrl] error: rank {context.rank} stopped: {type(exc).__name__}: {message}", file=sys.stderr)
+        return 1
+    if context is not None:
+        checksum = parameter_checksum(runner.actor) + parameter_checksum(runner.critic)
+        print(f"[torchrl] rank {context.rank} of {context.world_size}: parameter checksum {checksum:.12e}", flush=True)
+        torch.distributed.destroy_process_group()
     if stopped_by is not None:
         print(
             f"[torchrl] Stopped by {stopped_by.name} at iteration {runner.iteration}. Logs and checkpoints: {log_dir}"
         )
         return 128 + stopped_by.value
-    print(f"[torchrl] Logs and checkpoints: {log_dir}")
+    if log_dir is not None:
+        print(f"[torchrl] Logs and checkpoints: {log_dir}")
     return 0
 
 

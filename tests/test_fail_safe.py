@@ -6,100 +6,14 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
-import threading
 import time
 
-import psutil
 import pytest
 import torch
 
-from conftest import CPU_ARGS, REPO, assert_ok, run_dirs, run_script, scalars, script_env
+from conftest import CPU_ARGS, REPO, Training, assert_ok, run_dirs, run_script, scalars
 
 TASK_ARGS = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", *CPU_ARGS]
-ITERATION = re.compile(r"\[torchrl\] it +(\d+)/")
-
-
-class Training:
-    """A ``scripts/train.py`` process whose output is read as it comes, and whose descendants are tracked."""
-
-    def __init__(self, workdir, args: list[str], extra_env: dict | None = None):
-        self.lines: list[str] = []
-        self.process = subprocess.Popen(
-            [sys.executable, os.path.join(REPO, "scripts", "train.py"), *args],
-            cwd=workdir,
-            env=script_env(extra_env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.descendants: dict[int, psutil.Process] = {}
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def last_iteration(self) -> int:
-        found = ITERATION.findall(self.output)
-        return int(found[-1]) if found else 0
-
-    def wait_for_iteration(self, iteration: int, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while self.last_iteration() < iteration:
-            assert self.process.poll() is None, f"training ended early:\n{self.output[-4000:]}"
-            assert time.monotonic() < deadline, f"no iteration {iteration} within {timeout} s:\n{self.output[-4000:]}"
-            self.track_descendants()
-            time.sleep(0.2)
-        self.track_descendants()
-
-    def track_descendants(self) -> None:
-        for child in psutil.Process(self.process.pid).children(recursive=True):
-            self.descendants.setdefault(child.pid, child)
-
-    def workers(self) -> list[psutil.Process]:
-        """The collector worker processes (spawned Python processes other than multiprocessing's helpers)."""
-        workers = []
-        for child in psutil.Process(self.process.pid).children(recursive=True):
-            cmdline = " ".join(child.cmdline())
-            if "spawn_main" in cmdline and "resource_tracker" not in cmdline:
-                workers.append(child)
-        return workers
-
-    def wait(self, timeout: float) -> tuple[int, float]:
-        start = time.monotonic()
-        try:
-            returncode = self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            pytest.fail(f"training did not stop within {timeout} s:\n{self.output[-4000:]}")
-        self._reader.join(timeout=10)
-        return returncode, time.monotonic() - start
-
-    def assert_no_process_left(self, grace: float = 10.0) -> None:
-        deadline = time.monotonic() + grace
-        alive = []
-        while time.monotonic() < deadline:
-            alive = [p for p in self.descendants.values() if _alive(p)]
-            if not alive:
-                return
-            time.sleep(0.2)
-        for process in alive:
-            process.kill()
-        pytest.fail(f"processes left behind: {[(p.pid, p.cmdline()) for p in alive if _alive(p)]}")
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _latest_checkpoint(workdir) -> tuple[str, int]:

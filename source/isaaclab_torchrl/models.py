@@ -67,17 +67,16 @@ class ObservationNormalizer(nn.Module):
     def update(self, x: torch.Tensor) -> None:
         """Merges the statistics of the samples ``x`` (shape ``[..., size]``) into the running ones."""
         x = x.reshape(-1, x.shape[-1])
-        count = x.shape[0]
-        if count == 0:
-            return
+        if x.shape[0]:
+            self.merge(x.shape[0], x.mean(0), x.var(0, unbiased=False))
+
+    @torch.no_grad()
+    def merge(self, count, mean: torch.Tensor, var: torch.Tensor) -> None:
+        """Merges the statistics (sample count, mean, population variance) of a batch into the running ones."""
         total = self.count + count
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
-        delta = batch_mean - self.mean
+        delta = mean - self.mean
         # Chan et al.'s parallel update of the mean and the (population) variance
-        self.var.copy_(
-            (self.var * self.count + batch_var * count + delta.square() * self.count * count / total) / total
-        )
+        self.var.copy_((self.var * self.count + var * count + delta.square() * self.count * count / total) / total)
         self.mean.add_(delta * count / total)
         self.count.copy_(total)
 

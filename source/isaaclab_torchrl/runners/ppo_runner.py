@@ -30,7 +30,8 @@ from ..models import (
     observation_normalizers,
 )
 from .checkpoint import load_checkpoint, save_checkpoint
-from .safety import CollectorWatchdog, NonFiniteError, StopSignals, WorkerFailure, ignore_interrupts
+from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
+from .safety import CollectorWatchdog, NonFiniteError, StopSignals, WorkerFailure, init_worker
 
 
 def compute_advantages(gae: GAE, batch: TensorDictBase, critic_obs_keys: tuple[str, ...]) -> TensorDictBase:
@@ -70,8 +71,10 @@ class TorchRLRunner:
         interface: EnvInterface,
         cfg: TorchRLRunnerCfg,
         log_dir: str | None,
+        distributed: DistributedContext | None = None,
     ):
         self.cfg = cfg
+        self.distributed = distributed
         self.env_factories = env_factories
         self.interface = interface
         self.log_dir = log_dir
@@ -82,6 +85,10 @@ class TorchRLRunner:
         self.actor, self.critic = make_models(
             cfg.policy, interface, self.train_device, recurrent_backend=cfg.collector.recurrent_backend
         )
+        if distributed is not None:
+            # every replica starts from rank 0's parameters; averaged gradients keep them equal
+            broadcast_state(self.actor)
+            broadcast_state(self.critic)
         self.collection_policy = make_collection_policy(self.actor, self.critic, cfg.policy)
         # each input normalizer with the groups it reads; a shared recurrent layer shares the actor's normalizer
         self.normalizers = [(n, interface.actor_obs_keys) for n in observation_normalizers(self.actor)]
@@ -117,6 +124,8 @@ class TorchRLRunner:
         self.collector = None
         self.writer = None
         self._last_saved = None
+        self.communication_time = 0.0
+        """Seconds spent in gradient, statistics and KL all-reduces since the last logged iteration."""
         self.episode_returns = collections.deque(maxlen=100)
         self.episode_lengths = collections.deque(maxlen=100)
 
@@ -154,7 +163,7 @@ class TorchRLRunner:
                     self.collector.procs, collector_cfg.first_batch_timeout_s, collector_cfg.batch_timeout_s
                 )
                 batches = iter(self.collector)
-                while self.iteration < end_iteration and stop.received is None:
+                while self.iteration < end_iteration and not self._stop_requested(stop):
                     collect_start = time.perf_counter()
                     watchdog.expect_batch()
                     try:
@@ -166,6 +175,7 @@ class TorchRLRunner:
                     watchdog.batch_received()
                     collect_time = time.perf_counter() - collect_start
                     learn_start = time.perf_counter()
+                    self.communication_time = 0.0
                     try:
                         stats = self.update(batch)
                     except NonFiniteError as exc:
@@ -183,7 +193,7 @@ class TorchRLRunner:
                     )
                     if self.iteration % self.cfg.save_interval == 0 or self.iteration == end_iteration:
                         self._save_iteration()
-                if stop.received is not None:
+                if self._stop_requested(stop):
                     self._save_iteration()
                 return stop.received
         except KeyboardInterrupt:
@@ -196,6 +206,20 @@ class TorchRLRunner:
             if watchdog is not None:
                 watchdog.stop()
             self.close()
+
+    @contextlib.contextmanager
+    def _communication(self):
+        """Times a collective operation (on GPUs, NCCL's launch; the wait shows where the result is used)."""
+        start = time.perf_counter()
+        yield
+        self.communication_time += time.perf_counter() - start
+
+    def _stop_requested(self, stop: StopSignals) -> bool:
+        """Whether to stop now; with several ranks, all stop after the same update when any was signalled."""
+        requested = stop.received is not None
+        if self.distributed is not None:
+            requested = bool(average(torch.tensor(float(requested), device=self.train_device)) > 0)
+        return requested
 
     def _save_iteration(self) -> None:
         """Saves ``model_<iteration>.pt`` (once per iteration) in the run folder."""
@@ -232,6 +256,11 @@ class TorchRLRunner:
         for epoch in range(algo.num_learning_epochs):
             for indices in torch.randperm(num_slices, device=batch.device).chunk(algo.num_mini_batches):
                 stats = self._train_step(batch[indices])
+                if self.distributed is not None:
+                    # one all-reduce: the same KL (so the same learning rate) and NaN verdict on every rank
+                    with self._communication():
+                        averaged = average(torch.stack(list(stats.values()))).unbind()
+                    stats = TensorDict(dict(zip(stats.keys(), averaged, strict=True)))
                 if self.cfg.check_for_nan and not bool(torch.isfinite(torch.stack(list(stats.values()))).all()):
                     bad = [key for key, value in stats.items() if not bool(torch.isfinite(value))]
                     raise NonFiniteError(
@@ -257,6 +286,9 @@ class TorchRLRunner:
         loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.distributed is not None:
+            with self._communication():
+                average_gradients(list(self.loss.parameters()))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.cfg.algorithm.max_grad_norm)
         # k3 estimator of KL(behaviour || current) from the loss's ratio statistics: non-negative per sample and
         # with less variance than kl_approx (k1), as the adaptive schedule needs
@@ -277,11 +309,19 @@ class TorchRLRunner:
         The workers receive the new statistics with the next weight sync (they are buffers of the policy).
         """
         for normalizer, keys in self.normalizers:
-            normalizer.update(torch.cat([batch[key] for key in keys], dim=-1))
+            samples = torch.cat([batch[key] for key in keys], dim=-1)
+            if self.distributed is None:
+                normalizer.update(samples)
+            else:  # the statistics of all ranks' batches, so that the replicas' normalizers stay equal
+                with self._communication():
+                    moments = global_moments(samples)
+                normalizer.merge(*moments)
 
     def _check_finite(self, batch: TensorDictBase, keys: list, what: str) -> None:
         """Stops on NaN/Inf in ``batch[keys]``, naming the keys, before they change the networks (one host sync)."""
         finite = torch.stack([torch.isfinite(batch[key]).all() for key in keys])
+        if self.distributed is not None:  # a bad batch on any rank stops all ranks
+            finite = average(finite.float()) == 1.0
         if not bool(finite.all()):
             bad = [key for key, ok in zip(keys, finite.tolist(), strict=True) if not ok]
             raise NonFiniteError(
@@ -333,7 +373,7 @@ class TorchRLRunner:
             compact_obs=cfg.collector.compact_obs,
             track_policy_version=True,
             auto_register_policy_transforms=True,
-            init_fn=ignore_interrupts,
+            init_fn=init_worker,
             **kwargs,
         )
 
@@ -397,20 +437,26 @@ class TorchRLRunner:
             self.writer.add_scalar("Perf/collection time", collect_time, step)
             self.writer.add_scalar("Perf/learning_time", learn_time, step)
             self.writer.add_scalar("Perf/policy_lag", stats["policy_lag"], step)
+            if self.distributed is not None:
+                self.writer.add_scalar("Perf/communication_time", self.communication_time, step)
             if "mean_reward" in stats:
                 self.writer.add_scalar("Train/mean_reward", stats["mean_reward"], step)
                 self.writer.add_scalar("Train/mean_episode_length", stats["mean_episode_length"], step)
             for key, value in stats.items():
                 if key.startswith("log/"):
                     self.writer.add_scalar(key[4:], value, step)
+        if self.distributed is not None and not self.distributed.is_main:
+            return  # rank 0 speaks for all
         elapsed = time.perf_counter() - start_time
         done_iterations = self.iteration - start_iteration
         eta = elapsed / done_iterations * (end_iteration - self.iteration)
+        communication = f", of which all-reduce {self.communication_time:.3f}s" if self.distributed else ""
         reward = f"{stats['mean_reward']:9.2f}" if "mean_reward" in stats else "      n/a"
         length = f"{stats['mean_episode_length']:7.1f}" if "mean_episode_length" in stats else "    n/a"
         print(
             f"[torchrl] it {self.iteration:5d}/{end_iteration} | {fps:8.0f} steps/s "
-            f"(collect {collect_time:.2f}s, learn {learn_time:.2f}s) | return {reward} | ep len {length} | "
+            f"(collect {collect_time:.2f}s, learn {learn_time:.2f}s{communication}) | "
+            f"return {reward} | ep len {length} | "
             f"value {stats['value_function']:.4f} | surrogate {stats['surrogate']:+.4f} | "
             f"entropy {stats['entropy']:.3f} | kl {stats['kl']:.4f} | lag {stats['policy_lag']:.1f} | "
             f"lr {self.learning_rate:.1e} | ETA {eta:6.0f}s",

@@ -4,6 +4,7 @@ that dies, a batch that never comes) and the handling of SIGINT/SIGTERM (stop af
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import signal
 import sys
 import threading
@@ -37,10 +38,17 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-def ignore_interrupts() -> None:
-    """Run in each collector worker at its start: Ctrl-C reaches the whole process group, and the main process
-    alone decides how training stops (it then shuts the workers down)."""
+def init_worker() -> None:
+    """Run in each collector worker at its start.
+
+    Ctrl-C reaches the whole process group, but the main process alone decides how training stops (it then
+    shuts the workers down), so workers ignore SIGINT. And a worker dies with its main process, even one killed
+    with SIGKILL (out of memory, a cluster scheduler), instead of living on as an orphan simulator.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform == "linux":
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class CollectorWatchdog:
