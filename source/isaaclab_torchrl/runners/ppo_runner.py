@@ -250,7 +250,7 @@ class TorchRLRunner:
         # only what the loss reads: indexing a minibatch then copies a few tensors instead of the whole batch
         batch = batch.select(*self.loss_keys)
         num_slices = batch.shape[0]
-        # summed on the device and read once per update: no host sync per minibatch
+        # summed on the device and read once per update; only the NaN check (check_for_nan) reads a flag per minibatch
         sums = None
         num_updates = 0
         for epoch in range(algo.num_learning_epochs):
