@@ -256,12 +256,13 @@ class TorchRLRunner:
         for epoch in range(algo.num_learning_epochs):
             for indices in torch.randperm(num_slices, device=batch.device).chunk(algo.num_mini_batches):
                 stats = self._train_step(batch[indices])
+                values = torch.stack(list(stats.values()))
                 if self.distributed is not None:
                     # one all-reduce: the same KL (so the same learning rate) and NaN verdict on every rank
                     with self._communication():
-                        averaged = average(torch.stack(list(stats.values()))).unbind()
-                    stats = TensorDict(dict(zip(stats.keys(), averaged, strict=True)))
-                if self.cfg.check_for_nan and not bool(torch.isfinite(torch.stack(list(stats.values()))).all()):
+                        values = average(values)
+                    stats = TensorDict(dict(zip(stats.keys(), values.unbind(), strict=True)))
+                if self.cfg.check_for_nan and not bool(torch.isfinite(values).all()):
                     bad = [key for key, value in stats.items() if not bool(torch.isfinite(value))]
                     raise NonFiniteError(
                         f"Non-finite {bad} in minibatch {num_updates + 1} (epoch {epoch + 1}) of the update of "
