@@ -47,6 +47,14 @@ for network in ("mlp", "lstm"):
         TRAINING_RUNS[f"torchrl_{network}_{mode}_compiled"] = [*base, "agent.compile=true"]
         # without the per-minibatch NaN check (its host sync), to measure what it costs
         TRAINING_RUNS[f"torchrl_{network}_{mode}_nocheck"] = [*base, "agent.check_for_nan=false"]
+        # the update compiled and replayed as a CUDA graph (an LSTM needs a graph-friendly backend), and also the
+        # workers' policy inference
+        graphs = ["agent.compile=true", "agent.cudagraphs=true"]
+        graphs += ["agent.collector.recurrent_backend=triton"] if network == "lstm" else []
+        TRAINING_RUNS[f"torchrl_{network}_{mode}_graphs"] = [*base, *graphs]
+        TRAINING_RUNS[f"torchrl_{network}_{mode}_graphs_policy"] = [
+            *base, *graphs, "agent.collector.cudagraph_policy=true"
+        ]
 ZERO_ACTION_RUNS = ("zero_action_raw", "zero_action_wrapper")
 ALL_RUNS = ZERO_ACTION_RUNS + tuple(TRAINING_RUNS)
 DEFAULT_RUNS = (

@@ -39,6 +39,22 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "--train_device", "cuda:3"],
         "--train_device 'cuda:3' does not exist",
     ),
+    "CUDA graphs without compile": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.cudagraphs=true"],
+        "agent.cudagraphs=true needs agent.compile=true",
+    ),
+    "CUDA graphs with the pad recurrent backend": (
+        ["--task", "Isaac-Cartpole-Direct", "--agent", "torchrl_lstm", "agent.compile=true", "agent.cudagraphs=true"],
+        "cannot replay the 'pad' recurrent backend",
+    ),
+    "CUDA graphs on a CPU learner": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.compile=true", "agent.cudagraphs=true"],
+        "agent.cudagraphs=true needs a CUDA learner, got the device 'cpu'",
+    ),
+    "CUDA-graph policy on a CPU simulation": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.collector.cudagraph_policy=true"],
+        "agent.collector.cudagraph_policy=true needs a CUDA simulation device",
+    ),
     "non-positive learning rate": (
         ["--task", "Isaac-Cartpole-Direct", "agent.algorithm.learning_rate=0"],
         "learning_rate must be > 0",

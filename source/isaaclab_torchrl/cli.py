@@ -149,6 +149,25 @@ def validate_train_cfg(env_cfg, agent_cfg) -> None:
             f"agent.collector.recurrent_backend must be one of {RECURRENT_BACKENDS}, "
             f"got {collector.recurrent_backend!r}."
         )
+    if agent_cfg.cudagraphs:
+        if not agent_cfg.compile:
+            raise UsageError(
+                "agent.cudagraphs=true needs agent.compile=true: outside torch.compile, torchrl's PPO loss checks "
+                "its entropy on the host, which a CUDA graph cannot capture."
+            )
+        if agent_cfg.policy.rnn_type is not None and collector.recurrent_backend == "pad":
+            raise UsageError(
+                "agent.cudagraphs=true cannot replay the 'pad' recurrent backend (it splits trajectories into "
+                "data-dependent shapes); set agent.collector.recurrent_backend=triton (or scan) or "
+                "agent.cudagraphs=false."
+            )
+        train_device = agent_cfg.train_device or agent_cfg.device
+        if not str(train_device).startswith("cuda"):
+            raise UsageError(f"agent.cudagraphs=true needs a CUDA learner, got the device {train_device!r}.")
+    if collector.cudagraph_policy and not str(agent_cfg.device).startswith("cuda"):
+        raise UsageError(
+            f"agent.collector.cudagraph_policy=true needs a CUDA simulation device, got {agent_cfg.device!r}."
+        )
     slices = num_envs if collector.sync else num_envs // collector.num_collectors
     if not 1 <= algo.num_mini_batches <= slices:
         raise UsageError(

@@ -76,6 +76,9 @@ class TorchRLCollectorCfg:
     simulation device. ``cuda:<i>`` is faster and was seen to work with Cartpole, not with ANYmal."""
     recurrent_backend: str = "pad"
     """Backend of the recurrent layers in training mode: ``"pad"`` (cuDNN), ``"scan"`` or ``"triton"``."""
+    cudagraph_policy: bool = False
+    """Run the workers' policy inference as a CUDA graph (torchrl's ``cudagraph_policy``): one replay per
+    step instead of a kernel launch per operator. Needs a CUDA simulation device."""
     first_batch_timeout_s: float = 900.0
     """Seconds to wait for the first batch (the workers start their simulations first; on a fresh GPU machine
     that includes compiling the simulator's kernels) before stopping with a timeout error."""
@@ -95,8 +98,14 @@ class TorchRLRunnerCfg:
     train_device: str | None = None
     """Device of the learner; ``None`` uses :attr:`device`."""
     compile: bool = False
-    """Compile the PPO gradient step (loss, backward, optimizer) with ``torch.compile``; the compilation runs in
-    the first iterations and counts in their time."""
+    """Compile PPO's loss and backward pass with ``torch.compile``; the compilation runs in the first iteration and
+    counts in its time. Alone it barely changes the GPU update's time (the loss breaks into several graphs);
+    with :attr:`cudagraphs` it is 5-10x faster (``benchmarks/README.md``)."""
+    cudagraphs: bool = False
+    """Replay the PPO gradient step (loss and backward) as a CUDA graph (tensordict's ``CudaGraphModule``): the
+    first two minibatches run eagerly and the third is captured, within the training loop. Needs a CUDA learner,
+    :attr:`compile`, and an MLP policy or the ``scan``/``triton`` recurrent backend (``pad`` splits trajectories
+    with data-dependent shapes, which a graph cannot replay)."""
     num_steps_per_env: int = MISSING
     max_iterations: int = MISSING
     save_interval: int = 50

@@ -12,6 +12,7 @@ import time
 import torch
 import yaml
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import CudaGraphModule
 from torch.utils.tensorboard import SummaryWriter
 from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 from torchrl.modules import set_recurrent_mode
@@ -107,6 +108,9 @@ class TorchRLRunner:
             loss_critic_type="l2",
             clip_value=algo.clip_param if algo.use_clipped_value_loss else None,
             normalize_advantage=False,
+            # a CUDA graph cannot replay the loss's host-side branches on its coefficients (`if clip_value:`)
+            # when they live on the GPU
+            device="cpu" if cfg.cudagraphs else None,
         )
         # shifted=True runs the (recurrent) critic once over [obs_0 .. obs_T-1, obs_T] per trajectory slice
         self.gae = GAE(gamma=algo.gamma, lmbda=algo.lam, value_network=self.critic, average_gae=False, shifted=True)
@@ -115,10 +119,14 @@ class TorchRLRunner:
         # the learning rate is a tensor on the learner's device, adapted there, so that no minibatch waits for the
         # GPU to report its KL (Adam reads a tensor learning rate on CUDA with capturable=True)
         self.lr = torch.tensor(float(algo.learning_rate), device=self.train_device)
-        self.optimizer = torch.optim.Adam(
-            self.loss.parameters(), lr=self.lr, capturable=self.train_device.type == "cuda"
-        )
-        self._train_step = torch.compile(self._gradient_step) if cfg.compile else self._gradient_step
+        on_cuda = self.train_device.type == "cuda"
+        self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=self.lr, capturable=on_cuda, fused=on_cuda)
+        self._loss_and_gradients = torch.compile(self._losses) if cfg.compile else self._losses
+        if cfg.cudagraphs:
+            # the gradients of the replays land in the .grad tensors of the capture, which the optimizer reads
+            self._loss_and_gradients = CudaGraphModule(
+                self._loss_and_gradients, in_keys=[], out_keys=[], device=self.train_device
+            )
         self.iteration = 0
         self.policy_version = 0
         self.collector = None
@@ -249,13 +257,17 @@ class TorchRLRunner:
 
         # only what the loss reads: indexing a minibatch then copies a few tensors instead of the whole batch
         batch = batch.select(*self.loss_keys)
-        num_slices = batch.shape[0]
+        # minibatches of equal size (a CUDA graph replays one shape); like rsl_rl, the remainder of the division is
+        # left out of that epoch
+        slices_per_minibatch = batch.shape[0] // algo.num_mini_batches
+        num_slices = slices_per_minibatch * algo.num_mini_batches
         # summed on the device and read once per update; only the NaN check (check_for_nan) reads a flag per minibatch
         sums = None
         num_updates = 0
         for epoch in range(algo.num_learning_epochs):
-            for indices in torch.randperm(num_slices, device=batch.device).chunk(algo.num_mini_batches):
-                stats = self._train_step(batch[indices])
+            permutation = torch.randperm(batch.shape[0], device=batch.device)[:num_slices]
+            for indices in permutation.view(algo.num_mini_batches, slices_per_minibatch):
+                stats = self._gradient_step(batch[indices])
                 values = torch.stack(list(stats.values()))
                 if self.distributed is not None:
                     # one all-reduce: the same KL (so the same learning rate) and NaN verdict on every rank
@@ -277,20 +289,28 @@ class TorchRLRunner:
         return {key: float(value) / num_updates for key, value in sums.items()}
 
     def _gradient_step(self, minibatch: TensorDictBase) -> TensorDictBase:
-        """Loss and clipped gradient on one minibatch; returns its statistics (the step is the caller's, after
-        the NaN check).
+        """Loss and clipped (with several ranks: averaged) gradient on one minibatch; returns its statistics.
 
-        Compiled with ``torch.compile`` when ``cfg.compile`` is set (compilation happens in the first calls).
+        The optimizer step is the caller's, after the NaN check.
+        """
+        stats = self._loss_and_gradients(minibatch)
+        parameters = list(self.loss.parameters())
+        if self.distributed is not None:
+            with self._communication():
+                average_gradients(parameters)
+        stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(parameters, self.cfg.algorithm.max_grad_norm)
+        return stats
+
+    def _losses(self, minibatch: TensorDictBase) -> TensorDictBase:
+        """PPO's losses on one minibatch and their gradients (in ``.grad``); returns the detached statistics.
+
+        This is the part that ``cfg.compile`` compiles and ``cfg.cudagraphs`` replays as a CUDA graph.
         """
         with set_recurrent_mode(True):
             losses = self.loss(minibatch)
         loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.distributed is not None:
-            with self._communication():
-                average_gradients(list(self.loss.parameters()))
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.cfg.algorithm.max_grad_norm)
         # k3 estimator of KL(behaviour || current) from the loss's ratio statistics: non-negative per sample and
         # with less variance than kl_approx (k1), as the adaptive schedule needs
         kl = (losses["mean_ratio"] - 1.0 + losses["kl_approx"]).detach()
@@ -300,7 +320,6 @@ class TorchRLRunner:
                 "value_function": losses["loss_critic"].detach(),
                 "entropy": losses["entropy"].detach(),
                 "kl": kl,
-                "grad_norm": grad_norm.detach(),
             }
         )
 
@@ -372,6 +391,7 @@ class TorchRLRunner:
             device=cfg.device,
             storing_device=storing_device,
             compact_obs=cfg.collector.compact_obs,
+            cudagraph_policy=cfg.collector.cudagraph_policy,
             track_policy_version=True,
             auto_register_policy_transforms=True,
             init_fn=init_worker,

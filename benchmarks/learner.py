@@ -1,0 +1,160 @@
+"""Time of the runner's PPO update alone (GAE, then epochs of minibatches) on synthetic batches (a benchmark).
+
+    python benchmarks/learner.py --agent cartpole_lstm --num_envs 4096 --device cuda:0 \\
+        --variants default,agent.collector.recurrent_backend=scan,agent.compile=true [--profile] [--json out.json]
+
+No simulator: the batch is a rollout of the runner's own collection policy on random observations, with episode
+ends at random (``--done_prob`` per step, a quarter of them time-outs), laid out as the collectors deliver it
+(``compact_obs``, final observations under ``("next", "final_obs")``). This isolates the learner, which bounds
+asynchronous training on a GPU. Each variant is a comma-free list of ``agent.*`` overrides joined with ``+``
+(``default`` for none) and runs in its own process; ``--profile`` prints the operators that take the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import yaml
+from tensordict import TensorDict
+
+AGENTS = {
+    # name: (config class in isaaclab_torchrl.agents, observation size, action size) of the task it trains
+    "cartpole": ("CartpoleDirectPPORunnerCfg", 4, 1),
+    "cartpole_lstm": ("CartpoleDirectLstmPPORunnerCfg", 4, 1),
+    "anymal_flat": ("AnymalDFlatPPORunnerCfg", 48, 12),
+    "anymal_flat_lstm": ("AnymalDFlatLstmPPORunnerCfg", 48, 12),
+}
+
+
+def make_runner(agent: str, device: str, overrides: list[str]):
+    from isaaclab_torchrl.agents import anymal_d, cartpole
+    from isaaclab_torchrl.models import EnvInterface
+    from isaaclab_torchrl.runners import TorchRLRunner
+
+    class_name, obs_dim, action_dim = AGENTS[agent]
+    cfg = getattr(cartpole if agent.startswith("cartpole") else anymal_d, class_name)()
+    cfg.device = device
+    for override in overrides:
+        path, value = override.split("=", 1)
+        target = cfg
+        *parents, name = path.removeprefix("agent.").split(".")
+        for parent in parents:
+            target = getattr(target, parent)
+        value = yaml.safe_load(value)  # true, triton, null, 0.001: as Hydra reads them
+        with contextlib.suppress(ValueError, TypeError):
+            value = float(value) if isinstance(value, str) else value  # YAML reads 3e-4 as a string
+        setattr(target, name, value)
+    interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, action_dim)
+    return TorchRLRunner([], interface, cfg, log_dir=None)
+
+
+@torch.no_grad()
+def synthetic_batch(runner, num_envs: int, done_prob: float, generator: torch.Generator) -> TensorDict:
+    """A [num_envs, steps] rollout of the collection policy, as a collector with ``compact_obs`` stores it."""
+    from torchrl.modules import set_recurrent_mode
+
+    device = runner.device
+    obs_dim = runner.interface.actor_obs_dim
+
+    def observation():
+        return torch.randn(num_envs, obs_dim, device=device, generator=generator)
+
+    td = TensorDict({"policy": observation(), "is_init": torch.ones(num_envs, 1, dtype=torch.bool, device=device)},
+                    batch_size=[num_envs], device=device)
+    rollout = []
+    with set_recurrent_mode(False):
+        # new episodes start from zero recurrent states (what the collectors' state primers write)
+        states = runner.collection_policy(td.clone()).get("next", TensorDict(batch_size=[num_envs]))
+        td.update(states.apply(torch.zeros_like))
+        for _ in range(runner.cfg.num_steps_per_env):
+            td = runner.collection_policy(td)
+            done = torch.rand(num_envs, 1, device=device, generator=generator) < done_prob
+            truncated = done & (torch.rand(num_envs, 1, device=device, generator=generator) < 0.25)
+            next_td = td.get("next", TensorDict(batch_size=[num_envs], device=device))
+            td["next"] = next_td.update({
+                "reward": torch.randn(num_envs, 1, device=device, generator=generator),
+                "done": done,
+                "terminated": done & ~truncated,
+                "truncated": truncated,
+                "final_obs": {"policy": observation()},
+            })
+            rollout.append(td.clone())
+            td = next_td.select(*states.keys()).apply(lambda state: state.masked_fill(done.unsqueeze(-1), 0.0))
+            td.update({"policy": observation(), "is_init": done})
+    return torch.stack(rollout, dim=1).to(runner.train_device)
+
+
+def run_variant(args, variant: str) -> dict:
+    overrides = [] if variant == "default" else variant.split("+")
+    runner = make_runner(args.agent, args.device, overrides)
+    generator = torch.Generator(device=args.device).manual_seed(0)
+    batches = [synthetic_batch(runner, args.num_envs, args.done_prob, generator) for _ in range(2)]
+    times = []
+    for iteration in range(args.iterations):
+        start = time.perf_counter()
+        stats = runner.update(batches[iteration % 2].clone())  # returns floats: the device has finished
+        times.append(time.perf_counter() - start)
+    result = {
+        "variant": variant,
+        "first_update_s": times[0],
+        "update_s": statistics.median(times[args.warmup:]),
+        "steps_per_s": args.num_envs * runner.cfg.num_steps_per_env / statistics.median(times[args.warmup:]),
+        "kl": stats["kl"],
+    }
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
+        with profile(activities=activities) as prof:
+            runner.update(batches[0].clone())
+        sort = "self_cuda_time_total" if args.device.startswith("cuda") else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=sort, row_limit=25), flush=True)
+        events = prof.key_averages()
+        result["cuda_kernel_launches"] = sum(e.count for e in events if e.key == "cudaLaunchKernel")
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agent", choices=sorted(AGENTS), default="cartpole_lstm")
+    parser.add_argument("--num_envs", type=int, default=4096)
+    parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--done_prob", type=float, default=0.02)
+    parser.add_argument("--variants", default="default")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--json")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a single variant, in the child process
+    args = parser.parse_args()
+    if args.one is not None:
+        print("RESULT " + json.dumps(run_variant(args, args.one)), flush=True)
+        return
+    results = []
+    for variant in args.variants.split(","):
+        child = [sys.executable, *sys.argv, "--one", variant]
+        proc = subprocess.run(child, capture_output=True, text=True)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            print(f"{variant}: failed (exit {proc.returncode})\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+            results.append({"variant": variant, "error": proc.stderr[-2000:]})
+            continue
+        print(proc.stdout.replace(lines[0], "").strip())
+        results.append(json.loads(lines[0][len("RESULT "):]))
+        r = results[-1]
+        print(f"{variant}: update {r['update_s'] * 1e3:.1f} ms (first {r['first_update_s']:.2f} s), "
+              f"{r['steps_per_s']:,.0f} steps/s learner bound", flush=True)
+        if args.json:
+            with open(args.json, "w") as file:
+                json.dump({"args": vars(args), "results": results}, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()
