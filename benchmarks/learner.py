@@ -1,13 +1,15 @@
 """Time of the runner's PPO update alone (GAE, then epochs of minibatches) on synthetic batches (a benchmark).
 
     python benchmarks/learner.py --agent cartpole_lstm --num_envs 4096 --device cuda:0 \\
-        --variants default,agent.collector.recurrent_backend=scan,agent.compile=true [--profile] [--json out.json]
+        --variants default,agent.collector.recurrent_backend=triton,agent.compile=true+agent.cudagraphs=true \\
+        [--profile] [--json out.json]
 
 No simulator: the batch is a rollout of the runner's own collection policy on random observations, with episode
 ends at random (``--done_prob`` per step, a quarter of them time-outs), laid out as the collectors deliver it
 (``compact_obs``, final observations under ``("next", "final_obs")``). This isolates the learner, which bounds
 asynchronous training on a GPU. Each variant is a comma-free list of ``agent.*`` overrides joined with ``+``
 (``default`` for none) and runs in its own process; ``--profile`` prints the operators that take the time.
+Runs kitless with the project's venv here, and on a GPU machine with ``../shared/gpu-bundle`` unpacked.
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
@@ -121,6 +122,10 @@ def run_variant(args, variant: str) -> dict:
     return result
 
 
+def run_in_child(args, variant: str, results) -> None:
+    results.put(run_variant(args, variant))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent", choices=sorted(AGENTS), default="cartpole_lstm")
@@ -132,25 +137,25 @@ def main():
     parser.add_argument("--variants", default="default")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--json")
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # a single variant, in the child process
     args = parser.parse_args()
-    if args.one is not None:
-        print("RESULT " + json.dumps(run_variant(args, args.one)), flush=True)
-        return
+    context = multiprocessing.get_context("spawn")  # a fresh process per variant: no compiled state carries over
     results = []
     for variant in args.variants.split(","):
-        child = [sys.executable, *sys.argv, "--one", variant]
-        proc = subprocess.run(child, capture_output=True, text=True)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            print(f"{variant}: failed (exit {proc.returncode})\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-            results.append({"variant": variant, "error": proc.stderr[-2000:]})
-            continue
-        print(proc.stdout.replace(lines[0], "").strip())
-        results.append(json.loads(lines[0][len("RESULT "):]))
-        r = results[-1]
-        print(f"{variant}: update {r['update_s'] * 1e3:.1f} ms (first {r['first_update_s']:.2f} s), "
-              f"{r['steps_per_s']:,.0f} steps/s learner bound", flush=True)
+        queue = context.Queue()
+        process = context.Process(target=run_in_child, args=(args, variant, queue))
+        process.start()
+        process.join()
+        if process.exitcode != 0 or queue.empty():
+            print(f"{variant}: failed (exit code {process.exitcode}, its traceback above)", flush=True)
+            results.append({"variant": variant, "exitcode": process.exitcode})
+        else:
+            result = queue.get()
+            results.append(result)
+            print(
+                f"{variant}: update {result['update_s'] * 1e3:.1f} ms (first {result['first_update_s']:.2f} s), "
+                f"{result['steps_per_s']:,.0f} steps/s learner bound",
+                flush=True,
+            )
         if args.json:
             with open(args.json, "w") as file:
                 json.dump({"args": vars(args), "results": results}, file, indent=1)
