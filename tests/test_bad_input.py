@@ -1,10 +1,13 @@
 """Bad command-line input: a clear one-line error, a non-zero exit, and nothing written."""
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import CPU_ARGS, run_script
+from isaaclab_torchrl.agents.cartpole import CartpoleDirectLstmPPORunnerCfg, CartpoleDirectPPORunnerCfg
+from isaaclab_torchrl.cli import UsageError, validate_train_cfg
 
 CASES = {
     "unknown task": (["--task", "Isaac-Does-Not-Exist"], "Unknown task 'Isaac-Does-Not-Exist'"),
@@ -39,27 +42,59 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "--train_device", "cuda:3"],
         "--train_device 'cuda:3' does not exist",
     ),
-    "CUDA graphs without compile": (
-        ["--task", "Isaac-Cartpole-Direct", "agent.cudagraphs=true"],
-        "agent.cudagraphs=true needs agent.compile=true",
-    ),
-    "CUDA graphs with the pad recurrent backend": (
-        ["--task", "Isaac-Cartpole-Direct", "--agent", "torchrl_lstm", "agent.compile=true", "agent.cudagraphs=true"],
-        "cannot replay the 'pad' recurrent backend",
-    ),
     "CUDA graphs on a CPU learner": (
         ["--task", "Isaac-Cartpole-Direct", "agent.compile=true", "agent.cudagraphs=true"],
         "agent.cudagraphs=true needs a CUDA learner, got the device 'cpu'",
-    ),
-    "CUDA-graph policy on a CPU simulation": (
-        ["--task", "Isaac-Cartpole-Direct", "agent.collector.cudagraph_policy=true"],
-        "agent.collector.cudagraph_policy=true needs a CUDA simulation device",
     ),
     "non-positive learning rate": (
         ["--task", "Isaac-Cartpole-Direct", "agent.algorithm.learning_rate=0"],
         "learning_rate must be > 0",
     ),
 }
+
+
+# speed options that cannot work together, checked on the configs (no process): (agent, overrides, message)
+SPEED_OPTION_CASES = {
+    "CUDA graphs without compile": (
+        CartpoleDirectPPORunnerCfg,
+        {"device": "cuda:0", "cudagraphs": True},
+        "agent.cudagraphs=true needs agent.compile=true",
+    ),
+    "CUDA graphs with the pad recurrent backend": (
+        CartpoleDirectLstmPPORunnerCfg,
+        {"device": "cuda:0", "compile": True, "cudagraphs": True},
+        "cannot replay the 'pad' recurrent backend",
+    ),
+    "CUDA graphs on a CPU learner": (
+        CartpoleDirectPPORunnerCfg,
+        {"device": "cuda:0", "train_device": "cpu", "compile": True, "cudagraphs": True},
+        "needs a CUDA learner, got the device 'cpu'",
+    ),
+    "CUDA-graph policy on a CPU simulation": (
+        CartpoleDirectPPORunnerCfg,
+        {"device": "cpu", "collector.cudagraph_policy": True},
+        "agent.collector.cudagraph_policy=true needs a CUDA simulation device",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPEED_OPTION_CASES))
+def test_incompatible_speed_options_are_rejected(case):
+    agent_class, overrides, message = SPEED_OPTION_CASES[case]
+    agent_cfg = agent_class()
+    for path, value in overrides.items():
+        *parents, name = path.split(".")
+        target = agent_cfg
+        for parent in parents:
+            target = getattr(target, parent)
+        setattr(target, name, value)
+    env_cfg = SimpleNamespace(scene=SimpleNamespace(num_envs=64))
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        validate_train_cfg(env_cfg, agent_cfg)
+    # the same options in the combination that works pass the check
+    agent_cfg.compile = agent_cfg.cudagraphs = False
+    agent_cfg.collector.cudagraph_policy = False
+    validate_train_cfg(env_cfg, agent_cfg)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
