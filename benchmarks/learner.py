@@ -1,57 +1,42 @@
 """Time of the runner's PPO update alone (GAE, then epochs of minibatches) on synthetic batches (a benchmark).
 
-    python benchmarks/learner.py --agent cartpole_lstm --num_envs 4096 --device cuda:0 \\
+    python benchmarks/learner.py --task Isaac-Cartpole-Direct --agent torchrl_lstm --num_envs 4096 --device cuda:0 \\
         --variants default,agent.collector.recurrent_backend=triton,agent.compile=true+agent.cudagraphs=true \\
         [--profile] [--json out.json]
 
 No simulator: the batch is a rollout of the runner's own collection policy on random observations, with episode
 ends at random (``--done_prob`` per step, a quarter of them time-outs), laid out as the collectors deliver it
 (``compact_obs``, final observations under ``("next", "final_obs")``). This isolates the learner, which bounds
-asynchronous training on a GPU. Each variant is a comma-free list of ``agent.*`` overrides joined with ``+``
-(``default`` for none) and runs in its own process; ``--profile`` prints the operators that take the time.
+asynchronous training on a GPU. The agent config is resolved as ``scripts/train.py`` resolves it; each variant is
+a comma-free list of its Hydra overrides joined with ``+`` (``default`` for none) and runs in its own process;
+``--profile`` prints the operators that take the time.
 Runs kitless with the project's venv here, and on a GPU machine with ``../shared/gpu-bundle`` unpacked.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import statistics
 import time
 
 import torch
-import yaml
 from tensordict import TensorDict
 
-AGENTS = {
-    # name: (config class in isaaclab_torchrl.agents, observation size, action size) of the task it trains
-    "cartpole": ("CartpoleDirectPPORunnerCfg", 4, 1),
-    "cartpole_lstm": ("CartpoleDirectLstmPPORunnerCfg", 4, 1),
-    "anymal_flat": ("AnymalDFlatPPORunnerCfg", 48, 12),
-    "anymal_flat_lstm": ("AnymalDFlatLstmPPORunnerCfg", 48, 12),
-}
+# observation and action sizes of the tasks (read here instead of from a simulation, which this benchmark avoids)
+TASK_SIZES = {"Isaac-Cartpole-Direct": (4, 1), "Isaac-Velocity-Flat-AnymalD": (48, 12)}
 
 
-def make_runner(agent: str, device: str, overrides: list[str]):
-    from isaaclab_torchrl.agents import anymal_d, cartpole
+def make_runner(task: str, agent: str, device: str, overrides: list[str]):
+    """The runner of ``scripts/train.py`` for the task and agent, with the ``agent.*`` overrides, no collectors."""
+    from isaaclab_torchrl.cli import resolve_task
     from isaaclab_torchrl.models import EnvInterface
     from isaaclab_torchrl.runners import TorchRLRunner
 
-    class_name, obs_dim, action_dim = AGENTS[agent]
-    cfg = getattr(cartpole if agent.startswith("cartpole") else anymal_d, class_name)()
-    cfg.device = device
-    for override in overrides:
-        path, value = override.split("=", 1)
-        target = cfg
-        *parents, name = path.removeprefix("agent.").split(".")
-        for parent in parents:
-            target = getattr(target, parent)
-        value = yaml.safe_load(value)  # true, triton, null, 0.001: as Hydra reads them
-        with contextlib.suppress(ValueError, TypeError):
-            value = float(value) if isinstance(value, str) else value  # YAML reads 3e-4 as a string
-        setattr(target, name, value)
+    args = argparse.Namespace(task=task, agent=agent, device=device, num_envs=None, seed=None)
+    _, cfg = resolve_task(args, overrides)
+    obs_dim, action_dim = TASK_SIZES[task]
     interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, action_dim)
     return TorchRLRunner([], interface, cfg, log_dir=None)
 
@@ -94,7 +79,7 @@ def synthetic_batch(runner, num_envs: int, done_prob: float, generator: torch.Ge
 
 def run_variant(args, variant: str) -> dict:
     overrides = [] if variant == "default" else variant.split("+")
-    runner = make_runner(args.agent, args.device, overrides)
+    runner = make_runner(args.task, args.agent, args.device, overrides)
     generator = torch.Generator(device=args.device).manual_seed(0)
     batches = [synthetic_batch(runner, args.num_envs, args.done_prob, generator) for _ in range(2)]
     times = []
@@ -128,7 +113,8 @@ def run_in_child(args, variant: str, results) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agent", choices=sorted(AGENTS), default="cartpole_lstm")
+    parser.add_argument("--task", choices=sorted(TASK_SIZES), default="Isaac-Cartpole-Direct")
+    parser.add_argument("--agent", default="torchrl_lstm", help="As train.py's --agent: torchrl, torchrl_lstm, ...")
     parser.add_argument("--num_envs", type=int, default=4096)
     parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--iterations", type=int, default=20)
