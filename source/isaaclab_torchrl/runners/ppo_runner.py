@@ -120,7 +120,8 @@ class TorchRLRunner:
         # GPU to report its KL (Adam reads a tensor learning rate on CUDA with capturable=True)
         self.lr = torch.tensor(float(algo.learning_rate), device=self.train_device)
         on_cuda = self.train_device.type == "cuda"
-        self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=self.lr, capturable=on_cuda, fused=on_cuda)
+        self.parameters = list(self.loss.parameters())  # what the optimizer, the all-reduce and the clipping act on
+        self.optimizer = torch.optim.Adam(self.parameters, lr=self.lr, capturable=on_cuda, fused=on_cuda)
         self._loss_and_gradients = torch.compile(self._losses) if cfg.compile else self._losses
         if cfg.cudagraphs:
             # the gradients of the replays land in the .grad tensors of the capture, which the optimizer reads
@@ -294,11 +295,10 @@ class TorchRLRunner:
         The optimizer step is the caller's, after the NaN check.
         """
         stats = self._loss_and_gradients(minibatch)
-        parameters = list(self.loss.parameters())
         if self.distributed is not None:
             with self._communication():
-                average_gradients(parameters)
-        stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(parameters, self.cfg.algorithm.max_grad_norm)
+                average_gradients(self.parameters)
+        stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.parameters, self.cfg.algorithm.max_grad_norm)
         return stats
 
     def _losses(self, minibatch: TensorDictBase) -> TensorDictBase:
