@@ -1,10 +1,10 @@
-"""Time of the runner's PPO update alone (GAE, then epochs of minibatches) on synthetic batches (a benchmark).
+"""Time of the PPO learner's update alone (GAE, then epochs of minibatches) on synthetic batches (a benchmark).
 
     python benchmarks/learner.py --task Isaac-Cartpole-Direct --agent torchrl_lstm --num_envs 4096 --device cuda:0 \\
-        --variants default,agent.collector.recurrent_backend=triton,agent.compile=true+agent.cudagraphs=true \\
+        --variants default,agent.policy.recurrent_backend=triton,agent.compile=true+agent.cudagraphs=true \\
         [--profile] [--json out.json]
 
-No simulator: the batch is a rollout of the runner's own collection policy on random observations, with episode
+No simulator: the batch is a rollout of the learner's own collection policy on random observations, with episode
 ends at random (``--done_prob`` per step, a quarter of them time-outs), laid out as the collectors deliver it
 (``compact_obs``, final observations under ``("next", "final_obs")``). This isolates the learner, which bounds
 asynchronous training on a GPU. The agent config is resolved as ``scripts/train.py`` resolves it; each variant is
@@ -28,26 +28,27 @@ from tensordict import TensorDict
 TASK_SIZES = {"Isaac-Cartpole-Direct": (4, 1), "Isaac-Velocity-Flat-AnymalD": (48, 12)}
 
 
-def make_runner(task: str, agent: str, device: str, overrides: list[str]):
-    """The runner of ``scripts/train.py`` for the task and agent, with the ``agent.*`` overrides, no collectors."""
+def make_learner(task: str, agent: str, device: str, overrides: list[str]):
+    """The PPO learner of ``scripts/train.py`` for the task and agent, with the ``agent.*`` overrides."""
     from isaaclab_torchrl.cli import resolve_task
     from isaaclab_torchrl.models import EnvInterface
-    from isaaclab_torchrl.runners import TorchRLRunner
+    from isaaclab_torchrl.runners import PPO
 
     args = argparse.Namespace(task=task, agent=agent, device=device, num_envs=None, seed=None)
     _, cfg = resolve_task(args, overrides)
     obs_dim, action_dim = TASK_SIZES[task]
     interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, action_dim)
-    return TorchRLRunner([], interface, cfg, log_dir=None)
+    torch.manual_seed(cfg.seed)
+    return PPO(cfg, interface, device)
 
 
 @torch.no_grad()
-def synthetic_batch(runner, num_envs: int, done_prob: float, generator: torch.Generator) -> TensorDict:
+def synthetic_batch(learner, num_envs: int, done_prob: float, generator: torch.Generator) -> TensorDict:
     """A [num_envs, steps] rollout of the collection policy, as a collector with ``compact_obs`` stores it."""
     from torchrl.modules import set_recurrent_mode
 
-    device = runner.device
-    obs_dim = runner.interface.actor_obs_dim
+    device = learner.device
+    obs_dim = learner.interface.actor_obs_dim
 
     def observation():
         return torch.randn(num_envs, obs_dim, device=device, generator=generator)
@@ -57,10 +58,10 @@ def synthetic_batch(runner, num_envs: int, done_prob: float, generator: torch.Ge
     rollout = []
     with set_recurrent_mode(False):
         # new episodes start from zero recurrent states (what the collectors' state primers write)
-        states = runner.collection_policy(td.clone()).get("next", TensorDict(batch_size=[num_envs]))
+        states = learner.collection_policy(td.clone()).get("next", TensorDict(batch_size=[num_envs]))
         td.update(states.apply(torch.zeros_like))
-        for _ in range(runner.cfg.num_steps_per_env):
-            td = runner.collection_policy(td)
+        for _ in range(learner.cfg.num_steps_per_env):
+            td = learner.collection_policy(td)
             done = torch.rand(num_envs, 1, device=device, generator=generator) < done_prob
             truncated = done & (torch.rand(num_envs, 1, device=device, generator=generator) < 0.25)
             next_td = td.get("next", TensorDict(batch_size=[num_envs], device=device))
@@ -72,26 +73,26 @@ def synthetic_batch(runner, num_envs: int, done_prob: float, generator: torch.Ge
                 "final_obs": {"policy": observation()},
             })
             rollout.append(td.clone())
-            td = next_td.select(*states.keys()).apply(lambda state: state.masked_fill(done.unsqueeze(-1), 0.0))
+            td = next_td.select(*states.keys()).apply(lambda state, done=done: state.masked_fill(done.unsqueeze(-1), 0.0))
             td.update({"policy": observation(), "is_init": done})
-    return torch.stack(rollout, dim=1).to(runner.train_device)
+    return torch.stack(rollout, dim=1).to(learner.device)
 
 
 def run_variant(args, variant: str) -> dict:
     overrides = [] if variant == "default" else variant.split("+")
-    runner = make_runner(args.task, args.agent, args.device, overrides)
+    learner = make_learner(args.task, args.agent, args.device, overrides)
     generator = torch.Generator(device=args.device).manual_seed(0)
-    batches = [synthetic_batch(runner, args.num_envs, args.done_prob, generator) for _ in range(2)]
+    batches = [synthetic_batch(learner, args.num_envs, args.done_prob, generator) for _ in range(2)]
     times = []
     for iteration in range(args.iterations):
         start = time.perf_counter()
-        stats = runner.update(batches[iteration % 2].clone())  # returns floats: the device has finished
+        stats = learner.update(batches[iteration % 2].clone())  # returns floats: the device has finished
         times.append(time.perf_counter() - start)
     result = {
         "variant": variant,
         "first_update_s": times[0],
         "update_s": statistics.median(times[args.warmup:]),
-        "steps_per_s": args.num_envs * runner.cfg.num_steps_per_env / statistics.median(times[args.warmup:]),
+        "steps_per_s": args.num_envs * learner.cfg.num_steps_per_env / statistics.median(times[args.warmup:]),
         "kl": stats["kl"],
     }
     if args.profile:
@@ -99,7 +100,7 @@ def run_variant(args, variant: str) -> dict:
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
         with profile(activities=activities) as prof:
-            runner.update(batches[0].clone())
+            learner.update(batches[0].clone())
         sort = "self_cuda_time_total" if args.device.startswith("cuda") else "self_cpu_time_total"
         print(prof.key_averages().table(sort_by=sort, row_limit=25), flush=True)
         events = prof.key_averages()

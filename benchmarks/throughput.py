@@ -50,7 +50,7 @@ for network in ("mlp", "lstm"):
         # the update compiled and replayed as a CUDA graph (an LSTM needs a graph-friendly backend), and also the
         # workers' policy inference
         graphs = ["agent.compile=true", "agent.cudagraphs=true"]
-        graphs += ["agent.collector.recurrent_backend=triton"] if network == "lstm" else []
+        graphs += ["agent.policy.recurrent_backend=triton"] if network == "lstm" else []
         TRAINING_RUNS[f"torchrl_{network}_{mode}_graphs"] = [*base, *graphs]
         TRAINING_RUNS[f"torchrl_{network}_{mode}_graphs_policy"] = [
             *base, *graphs, "agent.collector.cudagraph_policy=true"

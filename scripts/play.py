@@ -9,6 +9,7 @@ The checkpoint defaults to the last one of the newest run under logs/torchrl/<ex
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -27,6 +28,7 @@ from isaaclab_torchrl.envs import IsaacLabEnvFactory, env_interface
 from isaaclab_torchrl.export import export_policy
 from isaaclab_torchrl.models import make_models
 from isaaclab_torchrl.runners import load_checkpoint, resolve_checkpoint
+from isaaclab_torchrl.runners.logger import finished_episodes
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -67,7 +69,9 @@ def main(argv: list[str]) -> int:
 
     # the network and observation groups the checkpoint was trained with, not the registry's current default
     trained_cfg = yaml.safe_load(checkpoint["config"])
-    policy_cfg = TorchRLPolicyCfg(**trained_cfg["policy"])
+    # fields that later versions dropped are left out (checkpoints of earlier versions keep playing)
+    fields = {field.name for field in dataclasses.fields(TorchRLPolicyCfg)}
+    policy_cfg = TorchRLPolicyCfg(**{key: value for key, value in trained_cfg["policy"].items() if key in fields})
     env = IsaacLabEnvFactory(
         args.task,
         env_cfg,
@@ -102,12 +106,7 @@ def main(argv: list[str]) -> int:
         for _ in range(args.max_steps):
             step_start = time.perf_counter()
             td, next_td = env.step_and_maybe_reset(actor(td))
-            done = td["next", "done"].squeeze(-1)
-            for episode_return, length in zip(
-                (td["episode_reward"] + td["next", "reward"]).squeeze(-1)[done].tolist(),
-                (td["step_count"].squeeze(-1)[done] + 1).tolist(),
-                strict=True,
-            ):
+            for episode_return, length in zip(*finished_episodes(td), strict=True):
                 returns.append(episode_return)
                 lengths.append(length)
                 print(f"[torchrl] episode {len(returns):4d}: return {episode_return:9.3f}, length {length}")

@@ -15,10 +15,12 @@ import tempfile
 from datetime import datetime
 
 import torch
+import yaml
 from isaaclab.utils.io import dump_yaml
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
-from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task, validate_train_cfg
+from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
+from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint, resolve_checkpoint
 from isaaclab_torchrl.runners.distributed import init_distributed, parameter_checksum
@@ -42,6 +44,9 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--distributed", action="store_true", default=False, help="Data-parallel over torchrun's ranks."
+    )
+    parser.add_argument(
+        "--print_config", action="store_true", help="Print the resolved agent config as YAML and exit (no training)."
     )
     add_task_args(parser)
     return parser
@@ -99,7 +104,10 @@ def main(argv: list[str]) -> int:
                 args.device = f"cuda:{os.environ['LOCAL_RANK']}"  # each rank simulates and learns on its own GPU
         env_cfg, agent_cfg = resolve_task(args, hydra_args)
         apply_train_args(args, agent_cfg)
-        validate_train_cfg(env_cfg, agent_cfg)
+        validate_agent_cfg(agent_cfg, env_cfg.scene.num_envs)
+        if args.print_config:
+            print(yaml.safe_dump(agent_cfg.to_dict(), sort_keys=False), end="")
+            return 0
         checkpoint = resume_checkpoint(args, agent_cfg) if args.resume else None
         if args.distributed:
             # the group waits as long as the slowest rank's first batch may take
@@ -112,7 +120,7 @@ def main(argv: list[str]) -> int:
             log_dir = None
         else:
             log_dir = os.path.dirname(os.path.abspath(checkpoint)) if checkpoint else make_log_dir(agent_cfg)
-    except UsageError as exc:
+    except (UsageError, ConfigError) as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
 
@@ -141,7 +149,7 @@ def main(argv: list[str]) -> int:
             return 2
         print(
             f"[torchrl] Resuming from {checkpoint} (iteration {runner.iteration}, "
-            f"learning rate {runner.learning_rate:.6g})"
+            f"learning rate {runner.learner.learning_rate:.6g})"
         )
     elif log_dir is not None:
         dump_yaml(os.path.join(log_dir, "params", "env.yaml"), env_cfg)
@@ -164,7 +172,7 @@ def main(argv: list[str]) -> int:
         print(f"[torchrl] error: rank {context.rank} stopped: {type(exc).__name__}: {message}", file=sys.stderr)
         return 1
     if context is not None:
-        checksum = parameter_checksum(runner.actor) + parameter_checksum(runner.critic)
+        checksum = parameter_checksum(runner.learner.actor) + parameter_checksum(runner.learner.critic)
         print(f"[torchrl] rank {context.rank} of {context.world_size}: parameter checksum {checksum:.12e}", flush=True)
         torch.distributed.destroy_process_group()
     if stopped_by is not None:

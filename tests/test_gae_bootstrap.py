@@ -9,11 +9,10 @@ V(final observation) on time-outs and at the rollout's end, and with nothing on 
 import pytest
 import torch
 from tensordict import TensorDict
-from torchrl.objectives.value import GAE
 
 from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.models import EnvInterface, make_models
-from isaaclab_torchrl.runners.ppo_runner import compute_advantages
+from isaaclab_torchrl.runners.gae import CollectedBatchGAE
 
 GAMMA, LAM = 0.9, 0.8
 N, T, OBS = 3, 8, 4
@@ -116,9 +115,9 @@ def test_gae_matches_reference(rnn_type):
     torch.manual_seed(1)
     _, critic = make_models(cfg, interface, "cpu")
     batch = _batch({"critic_rnn_h": 5, "critic_rnn_c": 5} if rnn_type else {})
-    gae = GAE(gamma=GAMMA, lmbda=LAM, value_network=critic, average_gae=False, shifted=True)
+    gae = CollectedBatchGAE(critic, GAMMA, LAM, ("policy",))
 
-    out = compute_advantages(gae, batch.clone(), ("policy",))
+    out = gae(batch.clone())
 
     with torch.no_grad():
         values, next_values = _reference_values(critic, batch, recurrent=rnn_type is not None)
@@ -132,11 +131,11 @@ def test_time_out_bootstrap_uses_the_final_observation():
     """Replacing a time-out's final observation changes its advantage; replacing a termination's does not."""
     cfg = TorchRLPolicyCfg(actor_hidden_dims=[6], critic_hidden_dims=[6])
     _, critic = make_models(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, 2), "cpu")
-    gae = GAE(gamma=GAMMA, lmbda=LAM, value_network=critic, average_gae=False, shifted=True)
+    gae = CollectedBatchGAE(critic, GAMMA, LAM, ("policy",))
     batch = _batch({})
-    base = compute_advantages(gae, batch.clone(), ("policy",))["advantage"]
+    base = gae(batch.clone())["advantage"]
     for (env, step), should_change in (((0, 5), True), ((0, 2), False), ((2, 7), False), ((1, 7), True)):
         changed = batch.clone()
         changed["next", "final_obs", "policy"][env, step] += 10.0
-        advantage = compute_advantages(gae, changed, ("policy",))["advantage"]
+        advantage = gae(changed)["advantage"]
         assert bool((advantage[env, step] != base[env, step]).any()) == should_change, (env, step)

@@ -1,17 +1,12 @@
 """TorchRL as an Isaac Lab training library: recurrent PPO over subprocess collectors.
 
 Importing this package adds torchrl agent configs (``isaaclab_torchrl_cfg_entry_point`` and
-``isaaclab_torchrl_lstm_cfg_entry_point``) to the Isaac Lab tasks listed in
-:data:`isaaclab_torchrl.agents.TASK_AGENTS`.
+``isaaclab_torchrl_lstm_cfg_entry_point``) to the registered Isaac Lab tasks (see :mod:`isaaclab_torchrl.agents`).
 """
 
-from .offline_assets import use_offline_assets_if_requested
+import isaaclab_tasks  # noqa: F401  (registers Isaac Lab's tasks, which the agents attach to)
 
-use_offline_assets_if_requested()
-
-import isaaclab_tasks  # noqa: E402, F401  (registers Isaac Lab's tasks, which the agents attach to)
-
-from .agents import register_agents  # noqa: E402
+from .agents import register_agents
 
 register_agents()
 

@@ -9,11 +9,13 @@ import importlib
 import gymnasium as gym
 import torch
 from isaaclab.app import add_launcher_args
+from isaaclab.cli import load_external_tasks
 from isaaclab_tasks.utils import resolve_task_config, setup_preset_cli
 
 from .agents import AGENT_ALIASES, UnsupportedAgentError, agent_entry_point, register_agents
+from .agents.validation import ConfigError, check_device
 from .envs import use_available_actuators
-from .models import RECURRENT_BACKENDS
+from .offline_assets import AssetRootError, check_asset_server, use_offline_assets
 
 PRESET_SELECTORS = ("physics", "renderer", "presets")
 
@@ -23,7 +25,7 @@ class UsageError(Exception):
 
 
 def add_task_args(parser: argparse.ArgumentParser) -> None:
-    """Adds ``--task``, ``--agent``, ``--num_envs``, ``--seed``, ``--headless`` and Isaac Lab's launcher args."""
+    """Adds ``--task``, ``--agent``, ``--num_envs``, ``--seed`` and Isaac Lab's launcher args."""
     parser.add_argument("--task", type=str, required=True, help="Gym id of the Isaac Lab task.")
     parser.add_argument(
         "--agent",
@@ -33,7 +35,6 @@ def add_task_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--num_envs", type=int, default=None, help="Number of environments.")
     parser.add_argument("--seed", type=int, default=None, help="Seed of the policy and the environments.")
-    parser.add_argument("--headless", action="store_true", default=False, help="Accepted for compatibility.")
     add_launcher_args(parser)
     # no --device: the GPU when there is one, else the CPU (see resolve_task)
     parser.set_defaults(device=None)
@@ -47,11 +48,15 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argpar
 def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: bool = False):
     """Resolves the env and agent configs of ``args.task`` / ``args.agent`` and applies the common CLI args.
 
-    With ``play_mode``, the task's play-mode overrides apply (fewer environments, no randomisation, ...).
+    Tasks are looked up as ``isaaclab train`` does (Isaac Lab's and installed packages' ``isaaclab.tasks`` entry
+    points), and as ``module:Task``. With ``play_mode``, the task's play-mode overrides apply (fewer environments,
+    no randomisation, ...). The env config's assets are pointed at the offline root when asked for, and the asset
+    server is asked once whether it answers.
 
     Raises:
-        UsageError: unknown task or agent, or an invalid override.
+        UsageError: unknown task or agent, an invalid override or device, or assets that cannot be had.
     """
+    load_external_tasks()
     module, _, task = args.task.rpartition(":")
     if module:
         # "my_package:My-Task" imports my_package first, which registers the task (gymnasium's convention)
@@ -86,7 +91,12 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
 
     # the simulation is launched with args.device, in the collector subprocesses too
     args.device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
-    check_device(args.device, "--device")
+    try:
+        check_device(args.device, "--device")
+        use_offline_assets(env_cfg)
+        check_asset_server(env_cfg)
+    except (ConfigError, AssetRootError) as exc:
+        raise UsageError(str(exc)) from None
     env_cfg.sim.device = args.device
     agent_cfg.device = args.device
     if args.num_envs is not None:
@@ -100,80 +110,6 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
         raise UsageError(f"Task {args.task!r} is a multi-agent task; the torchrl runner trains single-agent tasks.")
     use_available_actuators(env_cfg)
     return env_cfg, agent_cfg
-
-
-def check_device(name: str, option: str) -> None:
-    """Rejects a device that is not ``cpu`` or an existing ``cuda[:index]``."""
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"{option} {name!r} is not a device; use cpu or cuda:<index>.") from None
-    if device.type == "cuda":
-        count = torch.cuda.device_count()
-        if (device.index or 0) >= count:
-            raise UsageError(f"{option} {name!r} does not exist: this machine has {count} CUDA device(s).")
-    elif device.type != "cpu":
-        raise UsageError(f"{option} {name!r} is not supported; use cpu or cuda:<index>.")
-
-
-def validate_train_cfg(env_cfg, agent_cfg) -> None:
-    """Rejects training configurations that cannot train, before any simulator starts.
-
-    Raises:
-        UsageError: naming the field and its allowed range.
-    """
-    num_envs = env_cfg.scene.num_envs
-    collector = agent_cfg.collector
-    algo = agent_cfg.algorithm
-    if collector.num_collectors < 1:
-        raise UsageError(f"num_collectors must be >= 1, got {collector.num_collectors}.")
-    if num_envs < 1 or num_envs % collector.num_collectors:
-        raise UsageError(
-            f"num_envs ({num_envs}) must be a positive multiple of num_collectors ({collector.num_collectors})."
-        )
-    if agent_cfg.train_device is not None:
-        check_device(agent_cfg.train_device, "--train_device")
-    for name in ("first_batch_timeout_s", "batch_timeout_s", "shutdown_timeout_s"):
-        if getattr(collector, name) <= 0:
-            raise UsageError(f"agent.collector.{name} must be > 0, got {getattr(collector, name)}.")
-    if agent_cfg.num_steps_per_env < 1:
-        raise UsageError(f"agent.num_steps_per_env must be >= 1, got {agent_cfg.num_steps_per_env}.")
-    if agent_cfg.max_iterations < 1:
-        raise UsageError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
-    if algo.learning_rate <= 0:
-        raise UsageError(f"agent.algorithm.learning_rate must be > 0, got {algo.learning_rate}.")
-    if algo.schedule not in ("adaptive", "fixed"):
-        raise UsageError(f"agent.algorithm.schedule must be 'adaptive' or 'fixed', got {algo.schedule!r}.")
-    if collector.recurrent_backend not in RECURRENT_BACKENDS:
-        raise UsageError(
-            f"agent.collector.recurrent_backend must be one of {RECURRENT_BACKENDS}, "
-            f"got {collector.recurrent_backend!r}."
-        )
-    if agent_cfg.cudagraphs:
-        if not agent_cfg.compile:
-            raise UsageError(
-                "agent.cudagraphs=true needs agent.compile=true: outside torch.compile, torchrl's PPO loss checks "
-                "its entropy on the host, which a CUDA graph cannot capture."
-            )
-        if agent_cfg.policy.rnn_type is not None and collector.recurrent_backend == "pad":
-            raise UsageError(
-                "agent.cudagraphs=true cannot replay the 'pad' recurrent backend (it splits trajectories into "
-                "data-dependent shapes); set agent.collector.recurrent_backend=triton (or scan) or "
-                "agent.cudagraphs=false."
-            )
-        train_device = agent_cfg.train_device or agent_cfg.device
-        if not str(train_device).startswith("cuda"):
-            raise UsageError(f"agent.cudagraphs=true needs a CUDA learner, got the device {train_device!r}.")
-    if collector.cudagraph_policy and not str(agent_cfg.device).startswith("cuda"):
-        raise UsageError(
-            f"agent.collector.cudagraph_policy=true needs a CUDA simulation device, got {agent_cfg.device!r}."
-        )
-    slices = num_envs if collector.sync else num_envs // collector.num_collectors
-    if not 1 <= algo.num_mini_batches <= slices:
-        raise UsageError(
-            f"agent.algorithm.num_mini_batches ({algo.num_mini_batches}) must be between 1 and the "
-            f"{slices} trajectory slices (environments) of a batch."
-        )
 
 
 def check_override_paths(hydra_args: list[str], **roots) -> None:

@@ -141,9 +141,6 @@ def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
     import gymnasium as gym
 
     obs_groups = dict(obs_groups or {})
-    unknown_sets = sorted(set(obs_groups) - {"actor", "critic"})
-    if unknown_sets:
-        raise ValueError(f"agent.obs_groups has entries {unknown_sets}; only 'actor' and 'critic' are read.")
     groups = space.spaces
     actor = list(obs_groups.get("actor") or ["policy"])
     critic = list(obs_groups.get("critic") or (["critic"] if "critic" in groups else actor))
@@ -205,8 +202,13 @@ class IsaacLabEnvFactory:
         import gymnasium as gym
         import isaaclab_tasks  # noqa: F401  (registers the tasks in this process)
         from isaaclab.app import launch_simulation
+        from isaaclab.cli import load_external_tasks
 
+        from .offline_assets import use_offline_assets
+
+        load_external_tasks()  # the tasks of installed packages, as `isaaclab train` finds them
         env_cfg = self.env_cfg
+        use_offline_assets(env_cfg)
         env_cfg.scene.num_envs = self.num_envs
         env_cfg.seed = self.seed
         # Isaac Lab then returns the true final observation of done environments in extras["final_obs"]

@@ -13,10 +13,6 @@ from torchrl.modules import MLP, GRUModule, IndependentNormal, LSTMModule, Proba
 
 from .agents.torchrl_cfg import TorchRLPolicyCfg
 
-RNN_TYPES = ("lstm", "gru")
-RECURRENT_BACKENDS = ("pad", "scan", "triton")
-NOISE_STD_TYPES = ("log", "scalar")
-
 
 @dataclass(frozen=True)
 class EnvInterface:
@@ -81,24 +77,20 @@ class ObservationNormalizer(nn.Module):
         self.count.copy_(total)
 
 
-def _activation(name: str) -> type[nn.Module]:
-    classes = {cls.__name__.lower(): cls for cls in (nn.ELU, nn.ReLU, nn.Tanh, nn.SELU, nn.LeakyReLU, nn.GELU, nn.SiLU)}
-    try:
-        return classes[name.lower()]
-    except KeyError:
-        raise ValueError(
-            f"agent.policy.activation={name!r} is not supported; choose one of {sorted(classes)}."
-        ) from None
+ACTIVATION_CLASSES = {
+    cls.__name__.lower(): cls for cls in (nn.ELU, nn.ReLU, nn.Tanh, nn.SELU, nn.LeakyReLU, nn.GELU, nn.SiLU)
+}
+"""The modules behind the names of :data:`isaaclab_torchrl.agents.torchrl_cfg.ACTIVATIONS`."""
 
 
-def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name: str, backend: str, device):
+def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name: str, device):
     """An LSTM/GRU module reading ``in_key`` and writing ``<name>_features``; its state is ``<name>_h[/_c]``."""
     if cfg.rnn_type == "lstm":
         return LSTMModule(
             input_size=input_size,
             hidden_size=cfg.rnn_hidden_size,
             num_layers=cfg.rnn_num_layers,
-            recurrent_backend=backend,
+            recurrent_backend=cfg.recurrent_backend,
             in_keys=[in_key, f"{name}_h", f"{name}_c"],
             out_keys=[f"{name}_features", ("next", f"{name}_h"), ("next", f"{name}_c")],
             device=device,
@@ -107,7 +99,7 @@ def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name:
         input_size=input_size,
         hidden_size=cfg.rnn_hidden_size,
         num_layers=cfg.rnn_num_layers,
-        recurrent_backend=backend,
+        recurrent_backend=cfg.recurrent_backend,
         in_keys=[in_key, f"{name}_h"],
         out_keys=[f"{name}_features", ("next", f"{name}_h")],
         device=device,
@@ -115,36 +107,20 @@ def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name:
 
 
 def make_models(
-    cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.device | str, recurrent_backend: str = "pad"
+    cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.device | str
 ) -> tuple[ProbabilisticActor, TensorDictSequential]:
-    """Builds the Gaussian actor and the value network.
+    """Builds the Gaussian actor and the value network (the config is checked by
+    :func:`isaaclab_torchrl.agents.validation.validate_policy_cfg`).
 
-    With ``cfg.rnn_type`` set, each network starts with a recurrent layer (one shared layer when
-    ``cfg.share_rnn``); outside :func:`torchrl.modules.set_recurrent_mode` they run step by step, as the
-    collectors need, and inside it over whole trajectory slices, as PPO's update and GAE need.
+    With ``cfg.rnn_type`` set, each network starts with its own recurrent layer (``cfg.recurrent_backend``);
+    outside :func:`torchrl.modules.set_recurrent_mode` they run step by step, as the collectors need, and inside
+    it over whole trajectory slices, as PPO's update and GAE need.
 
     Returns:
         ``(actor, critic)``: the actor writes ``action``, ``loc``, ``scale`` and ``action_log_prob``;
         the critic writes ``state_value``.
     """
-    if cfg.rnn_type is not None and cfg.rnn_type not in RNN_TYPES:
-        raise ValueError(f"agent.policy.rnn_type={cfg.rnn_type!r} is not supported; choose one of {RNN_TYPES} or None.")
-    if cfg.noise_std_type not in NOISE_STD_TYPES:
-        raise ValueError(
-            f"agent.policy.noise_std_type={cfg.noise_std_type!r} is not supported; choose one of {NOISE_STD_TYPES}."
-        )
-    if recurrent_backend not in RECURRENT_BACKENDS:
-        raise ValueError(
-            f"agent.collector.recurrent_backend={recurrent_backend!r} is not supported; "
-            f"choose one of {RECURRENT_BACKENDS}."
-        )
-    if cfg.rnn_type is not None and cfg.share_rnn and interface.critic_obs_keys != interface.actor_obs_keys:
-        raise ValueError(
-            f"agent.policy.share_rnn=True feeds the critic the actor's recurrent features, but the critic reads "
-            f"{list(interface.critic_obs_keys)} and the actor {list(interface.actor_obs_keys)}; set "
-            "agent.policy.share_rnn=False or give both the same agent.obs_groups."
-        )
-    activation = _activation(cfg.activation)
+    activation = ACTIVATION_CLASSES[cfg.activation.lower()]
     actor_layers, actor_in = _input_layers(
         interface.actor_obs_keys, cfg.actor_obs_normalization, interface.actor_obs_dim, "actor", device
     )
@@ -153,18 +129,9 @@ def make_models(
     )
     actor_in_dim, critic_in_dim = interface.actor_obs_dim, interface.critic_obs_dim
     if cfg.rnn_type is not None:
-        actor_rnn = _recurrent_module(cfg, actor_in, actor_in_dim, "actor_rnn", recurrent_backend, device)
-        if cfg.share_rnn:
-            # the critic reads the actor's recurrent features: the same modules, so one copy of their weights
-            critic_layers = [*actor_layers, actor_rnn]
-            critic_in = "actor_rnn_features"
-        else:
-            critic_layers.append(
-                _recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", recurrent_backend, device)
-            )
-            critic_in = "critic_rnn_features"
-        actor_layers.append(actor_rnn)
-        actor_in = "actor_rnn_features"
+        actor_layers.append(_recurrent_module(cfg, actor_in, actor_in_dim, "actor_rnn", device))
+        critic_layers.append(_recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", device))
+        actor_in, critic_in = "actor_rnn_features", "critic_rnn_features"
         actor_in_dim = critic_in_dim = cfg.rnn_hidden_size
 
     actor_mlp = MLP(
@@ -234,19 +201,23 @@ def noise_std(actor: nn.Module) -> torch.Tensor:
 
 
 def make_collection_policy(actor: ProbabilisticActor, critic: TensorDictSequential, cfg: TorchRLPolicyCfg):
-    """The module the collector workers run: the actor, plus the critic when it has a recurrent state of its own.
+    """The module the collector workers run: the actor, plus the critic when it is recurrent.
 
-    A critic with its own recurrent layer must see every step during collection, or its hidden state at the
-    start of the next rollout would be unknown to the learner. The returned module holds the given
+    A recurrent critic must see every step during collection, or its hidden state at the start of the next
+    rollout would be unknown to the learner. The returned module holds the given
     networks, not copies, so the learner's weights are the ones the weight-sync scheme sends.
     """
-    if cfg.rnn_type is not None and not cfg.share_rnn:
+    if cfg.rnn_type is not None:
         return TensorDictSequential(actor, critic)
     return actor
 
 
 class CollectionPolicyFactory:
-    """Picklable builder of the collection policy inside a collector subprocess."""
+    """Picklable builder of the collection policy inside a collector subprocess.
+
+    The workers step the recurrent layers one step at a time, where the trajectory backend does not apply: they
+    build them with the default one (``pad``), which needs nothing compiled. The weights are the same.
+    """
 
     def __init__(self, cfg: TorchRLPolicyCfg, interface: EnvInterface, device: str):
         self.cfg = cfg
@@ -254,5 +225,5 @@ class CollectionPolicyFactory:
         self.device = device
 
     def __call__(self):
-        actor, critic = make_models(self.cfg, self.interface, self.device)
+        actor, critic = make_models(self.cfg.replace(recurrent_backend="pad"), self.interface, self.device)
         return make_collection_policy(actor, critic, self.cfg)

@@ -1,38 +1,106 @@
-"""The vendored offline asset root (see ``offline_assets/README.md``).
+"""Where a task's assets come from: the vendored offline asset root (``ISAACLAB_TORCHRL_OFFLINE_ASSETS=1``, see
+``offline_assets/README.md``), and a quick check that the asset server answers before a run starts.
 
-This module imports nothing from Isaac Lab: Isaac Lab reads ``ISAACSIM_ASSET_ROOT`` once, when
-``isaaclab.utils.assets`` is first imported, so the variable must be set before that.
+Isaac Lab turns ``ISAACSIM_ASSET_ROOT`` into asset paths once, when ``isaaclab.utils.assets`` is first imported,
+and the task configs carry the resulting paths. So the offline switch is applied to the env config where a run
+resolves it (:func:`use_offline_assets`): it rewrites the paths under the root Isaac Lab resolved into the
+vendored root, whatever was imported first, and sets ``ISAACSIM_ASSET_ROOT`` for the processes started from then on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import sys
+import urllib.error
+import urllib.request
+from urllib.parse import urlparse
 
 OFFLINE_ASSET_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "offline_assets")
 OPT_IN_VARIABLE = "ISAACLAB_TORCHRL_OFFLINE_ASSETS"
+SERVER_TIMEOUT_S = 5.0
 
 
-def use_offline_assets_if_requested() -> None:
-    """Points ``ISAACSIM_ASSET_ROOT`` at the vendored assets when ``ISAACLAB_TORCHRL_OFFLINE_ASSETS=1``.
+class AssetRootError(ValueError):
+    """The assets cannot be had: a conflicting asset root, or an asset server that does not answer."""
+
+
+def offline_assets_requested() -> bool:
+    return os.environ.get(OPT_IN_VARIABLE, "0") not in ("", "0")
+
+
+def _map_strings(cfg, function, seen=None) -> None:
+    """Replaces every string ``s`` in a config tree (configclasses, dicts, lists, tuples) by ``function(s)``."""
+    seen = set() if seen is None else seen
+    if id(cfg) in seen:
+        return
+    seen.add(id(cfg))
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        items, setter = list(vars(cfg).items()), lambda key, value: setattr(cfg, key, value)
+    elif isinstance(cfg, dict):
+        items, setter = list(cfg.items()), cfg.__setitem__
+    elif isinstance(cfg, list):
+        items, setter = list(enumerate(cfg)), cfg.__setitem__
+    else:
+        return
+    for key, value in items:
+        if isinstance(value, str):
+            setter(key, function(value))
+        elif isinstance(value, tuple) and any(isinstance(item, str) for item in value):
+            setter(key, tuple(function(item) if isinstance(item, str) else item for item in value))
+        else:
+            _map_strings(value, function, seen)
+
+
+def use_offline_assets(env_cfg) -> None:
+    """With ``ISAACLAB_TORCHRL_OFFLINE_ASSETS=1``, points the env config's asset paths at the vendored root.
 
     A user's own ``ISAACSIM_ASSET_ROOT`` is never replaced silently: with both set to different folders this
-    raises, since the offline root would hide every asset it does not mirror.
+    raises, since the offline root would hide every asset it does not mirror. Without the switch, nothing changes.
+
+    Raises:
+        AssetRootError: ``ISAACSIM_ASSET_ROOT`` names another folder.
     """
-    if os.environ.get(OPT_IN_VARIABLE, "0") in ("", "0"):
+    if not offline_assets_requested():
         return
     current = os.environ.get("ISAACSIM_ASSET_ROOT")
     if current and os.path.abspath(current) != OFFLINE_ASSET_ROOT:
-        raise RuntimeError(
+        raise AssetRootError(
             f"{OPT_IN_VARIABLE}=1 asks for the offline asset root, but ISAACSIM_ASSET_ROOT is already set to "
             f"{current!r}. Unset one of them."
         )
-    if "isaaclab.utils.assets" in sys.modules and not current:
-        raise RuntimeError(
-            f"{OPT_IN_VARIABLE}=1 came too late: Isaac Lab's asset paths were resolved before isaaclab_torchrl "
-            f"was imported. Set ISAACSIM_ASSET_ROOT={OFFLINE_ASSET_ROOT} instead."
-        )
-    os.environ["ISAACSIM_ASSET_ROOT"] = OFFLINE_ASSET_ROOT
+    os.environ["ISAACSIM_ASSET_ROOT"] = OFFLINE_ASSET_ROOT  # for the simulation processes started from here
+    from isaaclab.utils.assets import NUCLEUS_ASSET_ROOT_DIR  # the root this process's configs were built with
+
+    if NUCLEUS_ASSET_ROOT_DIR != OFFLINE_ASSET_ROOT:
+        prefix = f"{NUCLEUS_ASSET_ROOT_DIR}/"
+        _map_strings(env_cfg, lambda s: OFFLINE_ASSET_ROOT + s[len(prefix) - 1 :] if s.startswith(prefix) else s)
+
+
+def check_asset_server(env_cfg) -> None:
+    """Asks the server of the env config's first remote asset whether it answers (one request, a few seconds).
+
+    A server that answers at all, even "not found", passes: only an unreachable one is reported, before anything
+    starts, instead of a download error from inside a simulation process.
+
+    Raises:
+        AssetRootError: the server cannot be reached; the message says how to run with local assets.
+    """
+    urls = []
+    _map_strings(env_cfg, lambda s: urls.append(s) or s if urlparse(s).scheme in ("http", "https") else s)
+    if not urls:
+        return
+    url = urls[0]
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=SERVER_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise AssetRootError(
+            f"Isaac Lab's asset server {urlparse(url).netloc} cannot be reached ({reason}). Set "
+            f"ISAACSIM_ASSET_ROOT to a local copy of the assets, or {OPT_IN_VARIABLE}=1 for the vendored Cartpole "
+            "and ANYmal assets."
+        ) from None
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """torchrl agents for every Isaac Lab task that has an rsl_rl agent: its rsl_rl config, ported field by field.
 
 The port happens when a task's config is loaded, from the rsl_rl config that task registers, so the
-hyperparameters stay those Isaac Lab tuned for it, release after release. A task with a hand-written torchrl
-config (see :data:`isaaclab_torchrl.agents.TASK_AGENTS`) uses that one instead.
+hyperparameters stay those Isaac Lab tuned for it, release after release. A few tasks get a variant of their
+port (see :data:`isaaclab_torchrl.agents.TASK_AGENTS`).
 
 What rsl_rl can do and this runner cannot (image encoders, custom model or algorithm classes, distillation,
 RND, symmetry) makes the port raise :class:`UnsupportedAgentError` with the reason.
@@ -109,7 +109,8 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
     )
     obs_groups = rsl_cfg.obs_groups if isinstance(rsl_cfg.obs_groups, dict) else None
     experiment_name = rsl_cfg.experiment_name
-    if recurrent and not getattr(actor, "rnn_type", None):
+    if recurrent and not experiment_name.endswith("_lstm"):
+        # its own folder, so that play.py never picks up the MLP agent's checkpoints for it
         experiment_name += "_lstm"
     return TorchRLRunnerCfg(
         seed=rsl_cfg.seed,
@@ -127,8 +128,9 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
     )
 
 
-def ported_agent(task: str, recurrent: bool = False) -> TorchRLRunnerCfg:
-    """The torchrl agent of ``task``, ported from its rsl_rl agent (its recurrent one, when asked and it has one).
+def ported_agent(task: str, recurrent: bool = False, **policy_changes) -> TorchRLRunnerCfg:
+    """The torchrl agent of ``task``, ported from its rsl_rl agent (its recurrent one, when asked and it has one),
+    with ``policy_changes`` applied to its ``policy`` section.
 
     Raises:
         UnsupportedAgentError: the task's rsl_rl agent uses a feature the torchrl runner does not have.
@@ -141,16 +143,18 @@ def ported_agent(task: str, recurrent: bool = False) -> TorchRLRunnerCfg:
     with contextlib.redirect_stdout(io.StringIO()):  # "[INFO]: Parsing configuration from: ..."
         rsl_cfg = load_cfg_from_registry(task, key)
     try:
-        return port_rsl_rl_cfg(rsl_cfg, recurrent=recurrent)
+        cfg = port_rsl_rl_cfg(rsl_cfg, recurrent=recurrent)
     except UnsupportedAgentError as exc:
         raise UnsupportedAgentError(f"Task {task!r} is not supported by the torchrl runner: {exc}.") from None
+    cfg.policy = cfg.policy.replace(**policy_changes)
+    return cfg
 
 
-def ported_entry_point(task: str, recurrent: bool = False) -> Callable[[], TorchRLRunnerCfg]:
-    """A registry entry point (a callable Isaac Lab's config loader calls) that ports ``task``'s rsl_rl agent."""
+def ported_entry_point(task: str, recurrent: bool = False, **policy_changes) -> Callable[[], TorchRLRunnerCfg]:
+    """A registry entry point (a function Isaac Lab's config loader calls) that ports ``task``'s rsl_rl agent."""
 
     def entry_point() -> TorchRLRunnerCfg:
-        return ported_agent(task, recurrent)
+        return ported_agent(task, recurrent, **policy_changes)
 
     entry_point.__qualname__ = f"ported_agent[{task}{', recurrent' if recurrent else ''}]"
     return entry_point

@@ -11,6 +11,12 @@ from dataclasses import MISSING
 
 from isaaclab.utils import configclass
 
+RNN_TYPES = ("lstm", "gru")
+RECURRENT_BACKENDS = ("pad", "scan", "triton")
+NOISE_STD_TYPES = ("scalar", "log")
+ACTIVATIONS = ("elu", "relu", "tanh", "selu", "leakyrelu", "gelu", "silu")
+SCHEDULES = ("adaptive", "fixed")
+
 
 @configclass
 class TorchRLPolicyCfg:
@@ -20,16 +26,17 @@ class TorchRLPolicyCfg:
     """Recurrent layer in front of the MLPs: ``"lstm"``, ``"gru"`` or ``None`` for a plain MLP policy."""
     rnn_hidden_size: int = 256
     rnn_num_layers: int = 1
-    share_rnn: bool = False
-    """Whether actor and critic read the features of one shared recurrent layer (else each has its own)."""
+    recurrent_backend: str = "pad"
+    """Backend of the recurrent layers over whole trajectory slices (GAE and the update): ``"pad"`` (cuDNN),
+    ``"scan"`` or ``"triton"``. Collection always steps them one step at a time."""
     actor_hidden_dims: list[int] = MISSING
     critic_hidden_dims: list[int] = MISSING
     activation: str = "elu"
-    """Name of a :mod:`torch.nn` activation, case-insensitive (``elu``, ``relu``, ``tanh``, ...)."""
+    """Name of a :mod:`torch.nn` activation, case-insensitive: one of :data:`ACTIVATIONS`."""
     init_noise_std: float = 1.0
     """Initial standard deviation of the state-independent Gaussian action noise."""
-    noise_std_type: str = "log"
-    """Parameter of the action noise: ``"log"`` (learns log(std)) or ``"scalar"`` (learns std, rsl_rl's default)."""
+    noise_std_type: str = "scalar"
+    """Parameter of the action noise: ``"scalar"`` (learns std, rsl_rl's default) or ``"log"`` (learns log(std))."""
     actor_obs_normalization: bool = False
     """Normalise the actor's input with running mean and variance (rsl_rl's ``obs_normalization``), updated by the
     learner from each batch, sent to the workers with the weights, saved in checkpoints and exported."""
@@ -68,14 +75,10 @@ class TorchRLCollectorCfg:
     sync: bool = True
     """``True``: :class:`MultiSyncCollector` (on-policy). ``False``: :class:`MultiAsyncCollector`, the workers
     collect the next rollout while the learner updates (one policy version of lag)."""
-    compact_obs: bool = True
-    """Drop the ``("next", obs)`` mirrors of the root observations from the collected batches."""
     storing_device: str | None = None
     """Device the batches are stored on; ``None``: the CPU when collecting on a GPU (see
-    :meth:`TorchRLRunner._make_collector`: shared CUDA buffers were corrupted with torchrl 0.14.1), else the
+    :mod:`isaaclab_torchrl.runners.collection`: shared CUDA buffers were corrupted with torchrl 0.14.1), else the
     simulation device. ``cuda:<i>`` is faster and was seen to work with Cartpole, not with ANYmal."""
-    recurrent_backend: str = "pad"
-    """Backend of the recurrent layers in training mode: ``"pad"`` (cuDNN), ``"scan"`` or ``"triton"``."""
     cudagraph_policy: bool = False
     """Run the workers' policy inference as a CUDA graph (torchrl's ``cudagraph_policy``): one replay per
     step instead of a kernel launch per operator. Needs a CUDA simulation device."""
@@ -104,8 +107,8 @@ class TorchRLRunnerCfg:
     cudagraphs: bool = False
     """Replay the PPO gradient step (loss and backward) as a CUDA graph (tensordict's ``CudaGraphModule``): the
     first two minibatches run eagerly and the third is captured, within the training loop. Needs a CUDA learner,
-    :attr:`compile`, and an MLP policy or the ``scan``/``triton`` recurrent backend (``pad`` splits trajectories
-    with data-dependent shapes, which a graph cannot replay)."""
+    :attr:`compile`, and an MLP policy or the ``scan``/``triton`` ``policy.recurrent_backend`` (``pad`` splits
+    trajectories with data-dependent shapes, which a graph cannot replay)."""
     num_steps_per_env: int = MISSING
     max_iterations: int = MISSING
     save_interval: int = 50

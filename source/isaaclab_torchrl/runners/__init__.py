@@ -1,6 +1,7 @@
-"""Training runners."""
+"""Training: the runner (the loop) over the PPO learner, the collector workers and the logger, one module each."""
 
 from .checkpoint import find_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
-from .ppo_runner import TorchRLRunner
+from .on_policy_runner import TorchRLRunner
+from .ppo import PPO
 
-__all__ = ["TorchRLRunner", "find_checkpoint", "load_checkpoint", "resolve_checkpoint", "save_checkpoint"]
+__all__ = ["PPO", "TorchRLRunner", "find_checkpoint", "load_checkpoint", "resolve_checkpoint", "save_checkpoint"]

@@ -65,11 +65,12 @@ class CollectorWatchdog:
         batch_timeout: Seconds any later batch may take.
     """
 
-    def __init__(self, processes, first_batch_timeout: float, batch_timeout: float, poll_interval: float = 0.5):
+    POLL_INTERVAL_S = 0.5
+    """How often the workers are looked at: a failure is noticed within about this time."""
+
+    def __init__(self, processes, first_batch_timeout: float, batch_timeout: float):
         self.processes = list(processes)
-        self.first_batch_timeout = first_batch_timeout
         self.batch_timeout = batch_timeout
-        self.poll_interval = poll_interval
         self.reason: str | None = None
         self._reported = False
         self._timeout = first_batch_timeout
@@ -93,7 +94,7 @@ class CollectorWatchdog:
         self._deadline = None
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.poll_interval):
+        while not self._stop.wait(self.POLL_INTERVAL_S):
             for index, process in enumerate(self.processes):
                 try:
                     alive, exitcode = process.is_alive(), process.exitcode

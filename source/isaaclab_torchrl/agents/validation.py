@@ -1,0 +1,121 @@
+"""The one check of an agent config: every rule a training config must meet, tested before any simulator starts.
+
+``scripts/train.py`` calls :func:`validate_agent_cfg` once the config is resolved (Hydra overrides and command-line
+arguments applied); ``scripts/play.py`` calls :func:`validate_policy_cfg` on the networks it rebuilds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .torchrl_cfg import (
+    ACTIVATIONS,
+    NOISE_STD_TYPES,
+    RECURRENT_BACKENDS,
+    RNN_TYPES,
+    SCHEDULES,
+    TorchRLPolicyCfg,
+    TorchRLRunnerCfg,
+)
+
+
+class ConfigError(ValueError):
+    """A config value that cannot train; the message names the field and what it may be."""
+
+
+def check_device(name: str, option: str) -> None:
+    """Rejects a device that is not ``cpu`` or an existing ``cuda[:index]``."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"{option} {name!r} is not a device; use cpu or cuda:<index>.") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if (device.index or 0) >= count:
+            raise ConfigError(f"{option} {name!r} does not exist: this machine has {count} CUDA device(s).")
+    elif device.type != "cpu":
+        raise ConfigError(f"{option} {name!r} is not supported; use cpu or cuda:<index>.")
+
+
+def _one_of(path: str, value, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{path} must be one of {allowed}, got {value!r}.")
+
+
+def validate_policy_cfg(policy: TorchRLPolicyCfg) -> None:
+    """Rejects networks that :func:`isaaclab_torchrl.models.make_models` cannot build."""
+    if policy.rnn_type is not None:
+        _one_of("agent.policy.rnn_type", policy.rnn_type, (*RNN_TYPES, None))
+        if policy.rnn_hidden_size < 1 or policy.rnn_num_layers < 1:
+            raise ConfigError("agent.policy.rnn_hidden_size and rnn_num_layers must be >= 1.")
+    _one_of("agent.policy.recurrent_backend", policy.recurrent_backend, RECURRENT_BACKENDS)
+    _one_of("agent.policy.noise_std_type", policy.noise_std_type, NOISE_STD_TYPES)
+    _one_of("agent.policy.activation", str(policy.activation).lower(), ACTIVATIONS)
+    if policy.init_noise_std <= 0:
+        raise ConfigError(f"agent.policy.init_noise_std must be > 0, got {policy.init_noise_std}.")
+
+
+def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
+    """Rejects training configurations that cannot train, before any simulator starts.
+
+    Args:
+        agent_cfg: The resolved agent config (``agent_cfg.device`` is the simulation device).
+        num_envs: The number of environments of the task, over all collector workers.
+
+    Raises:
+        ConfigError: naming the field and its allowed range.
+    """
+    collector, algo, policy = agent_cfg.collector, agent_cfg.algorithm, agent_cfg.policy
+    validate_policy_cfg(policy)
+    check_device(agent_cfg.device, "--device")
+    if agent_cfg.train_device is not None:
+        check_device(agent_cfg.train_device, "--train_device")
+    if collector.num_collectors < 1:
+        raise ConfigError(f"num_collectors must be >= 1, got {collector.num_collectors}.")
+    if num_envs < 1 or num_envs % collector.num_collectors:
+        raise ConfigError(
+            f"num_envs ({num_envs}) must be a positive multiple of num_collectors ({collector.num_collectors})."
+        )
+    for name in ("first_batch_timeout_s", "batch_timeout_s", "shutdown_timeout_s"):
+        if getattr(collector, name) <= 0:
+            raise ConfigError(f"agent.collector.{name} must be > 0, got {getattr(collector, name)}.")
+    if agent_cfg.num_steps_per_env < 1:
+        raise ConfigError(f"agent.num_steps_per_env must be >= 1, got {agent_cfg.num_steps_per_env}.")
+    if agent_cfg.max_iterations < 1:
+        raise ConfigError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
+    if agent_cfg.save_interval < 1:
+        raise ConfigError(f"agent.save_interval must be >= 1, got {agent_cfg.save_interval}.")
+    if algo.learning_rate <= 0:
+        raise ConfigError(f"agent.algorithm.learning_rate must be > 0, got {algo.learning_rate}.")
+    if algo.num_learning_epochs < 1:
+        raise ConfigError(f"agent.algorithm.num_learning_epochs must be >= 1, got {algo.num_learning_epochs}.")
+    _one_of("agent.algorithm.schedule", algo.schedule, SCHEDULES)
+    unknown_sets = sorted(set(agent_cfg.obs_groups or {}) - {"actor", "critic"})
+    if unknown_sets:
+        raise ConfigError(f"agent.obs_groups has entries {unknown_sets}; only 'actor' and 'critic' are read.")
+    if agent_cfg.cudagraphs:
+        if not agent_cfg.compile:
+            raise ConfigError(
+                "agent.cudagraphs=true needs agent.compile=true: outside torch.compile, torchrl's PPO loss checks "
+                "its entropy on the host, which a CUDA graph cannot capture."
+            )
+        if policy.rnn_type is not None and policy.recurrent_backend == "pad":
+            raise ConfigError(
+                "agent.cudagraphs=true cannot replay the 'pad' recurrent backend (it splits trajectories into "
+                "data-dependent shapes); set agent.policy.recurrent_backend=triton (or scan) or "
+                "agent.cudagraphs=false."
+            )
+        train_device = agent_cfg.train_device or agent_cfg.device
+        if not str(train_device).startswith("cuda"):
+            raise ConfigError(f"agent.cudagraphs=true needs a CUDA learner, got the device {train_device!r}.")
+    if collector.cudagraph_policy and not str(agent_cfg.device).startswith("cuda"):
+        raise ConfigError(
+            f"agent.collector.cudagraph_policy=true needs a CUDA simulation device, got {agent_cfg.device!r}."
+        )
+    # the slices of one update: asynchronous collection hands the learner one worker's rollout
+    slices = num_envs if collector.sync else num_envs // collector.num_collectors
+    if not 1 <= algo.num_mini_batches <= slices:
+        raise ConfigError(
+            f"agent.algorithm.num_mini_batches ({algo.num_mini_batches}) must be between 1 and the "
+            f"{slices} trajectory slices (environments) of a batch."
+        )

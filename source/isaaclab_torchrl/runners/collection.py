@@ -1,0 +1,141 @@
+"""Collection: torchrl's multi-process collectors, whose workers run Isaac Lab and the policy, as one context
+manager that yields batches; a watchdog over the workers, the weight sync, and a shutdown that always ends them."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
+from torchrl.weight_update import MultiProcessWeightSyncScheme
+
+from ..agents.torchrl_cfg import TorchRLRunnerCfg
+from ..envs import IsaacLabEnvFactory
+from ..models import CollectionPolicyFactory, EnvInterface
+from .safety import CollectorWatchdog, WorkerFailure, init_worker
+
+
+class Collection:
+    """The collector workers of a training run.
+
+    Use it as a context manager and iterate over it for batches (``[env, time]`` per worker, stacked); call
+    :meth:`sync_weights` after each update. On exit the workers are shut down, and killed if they do not stop
+    within ``cfg.collector.shutdown_timeout_s`` (at once after a second Ctrl-C). Batches are laid out with
+    ``compact_obs=True``: root observations only, and the critic's true next observations under
+    ``("next", "final_obs")`` (see :class:`isaaclab_torchrl.envs.IsaacLabEnv`).
+
+    Args:
+        cfg: The runner configuration (its ``collector`` section, ``num_steps_per_env`` and devices are read).
+        env_factories: One factory per worker.
+        policy: The learner's collection policy: its weights are the ones sent to the workers.
+        interface: Observation and action sizes, for the workers' own copy of the policy.
+
+    Raises (while iterating):
+        WorkerFailure: a worker died, or no batch came within the timeout.
+    """
+
+    def __init__(
+        self,
+        cfg: TorchRLRunnerCfg,
+        env_factories: list[IsaacLabEnvFactory],
+        policy: torch.nn.Module,
+        interface: EnvInterface,
+    ):
+        self.cfg = cfg
+        self.env_factories = env_factories
+        self.policy = policy
+        self.interface = interface
+        self.policy_version = 0
+        """Weight syncs so far: the version of the policy the workers act with after the next one lands."""
+        self.wait_time = 0.0
+        """Seconds the last batch was waited for."""
+        self._collector = None
+        self._watchdog = None
+
+    def __enter__(self) -> Collection:
+        self._collector = self._make_collector()
+        collector_cfg = self.cfg.collector
+        self._watchdog = CollectorWatchdog(
+            self._collector.procs, collector_cfg.first_batch_timeout_s, collector_cfg.batch_timeout_s
+        )
+        workers = ", ".join(f"{index} (pid {process.pid})" for index, process in enumerate(self._collector.procs))
+        print(f"[torchrl] collector workers: {workers}", flush=True)
+        return self
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        batches = iter(self._collector)
+        while True:
+            start = time.perf_counter()
+            self._watchdog.expect_batch()
+            try:
+                batch = next(batches)
+            except WorkerFailure:
+                raise
+            except Exception as exc:  # torchrl stops the collector when a worker dies or is killed
+                raise self._watchdog.failure(exc) from exc
+            self._watchdog.batch_received()
+            self.wait_time = time.perf_counter() - start
+            yield batch
+
+    def sync_weights(self) -> None:
+        """Sends the policy's current weights (and observation statistics) to the workers."""
+        self.policy_version += 1
+        self._collector.update_policy_weights_()
+
+    def policy_lag(self, batch: TensorDictBase) -> float:
+        """Mean number of weight updates between the policy that acted and the one that learns from ``batch``.
+
+        A step's version tag is written with the observation of the step before, so the first step of a rollout
+        carries the previous rollout's tag; it is left out.
+        """
+        acting_versions = batch["policy_version"][..., 1:].float()
+        return float(self.policy_version - 1 - acting_versions.mean())
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            if exc_type is KeyboardInterrupt:  # a second Ctrl-C: no waiting for the workers' rollouts
+                self._watchdog.kill_workers()
+        processes = list(getattr(self._collector, "procs", []))
+        timeout = self.cfg.collector.shutdown_timeout_s
+        with contextlib.suppress(Exception):  # workers that died or were killed cannot answer
+            self._collector.shutdown(timeout=timeout, raise_on_error=False)
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.join(timeout=timeout)
+                if process.is_alive():
+                    process.kill()
+                    process.join(timeout=5)
+        self._collector = None
+
+    def _make_collector(self) -> MultiSyncCollector | MultiAsyncCollector:
+        cfg = self.cfg
+        sync = cfg.collector.sync
+        frames_per_worker = [factory.num_envs * cfg.num_steps_per_env for factory in self.env_factories]
+        storing_device = cfg.collector.storing_device
+        if storing_device is None:
+            # batches collected on a GPU go through host memory: with torchrl 0.14.1, rollouts left in the
+            # workers' shared CUDA buffers were corrupted on an H200 (asynchronous Cartpole: NaN observations, an
+            # illegal memory access; synchronous ANYmal: illegal memory access and SIGSEGV in the worker in its
+            # first iterations), while host-stored batches ran cleanly in both
+            storing_device = "cpu" if torch.device(cfg.device).type == "cuda" else cfg.device
+        collector_class = MultiSyncCollector if sync else MultiAsyncCollector
+        return collector_class(
+            create_env_fn=self.env_factories,
+            policy=self.policy,
+            policy_factory=CollectionPolicyFactory(cfg.policy, self.interface, cfg.device),
+            weight_sync_schemes={"policy": MultiProcessWeightSyncScheme()},
+            frames_per_batch=sum(frames_per_worker) if sync else frames_per_worker[0],
+            total_frames=-1,
+            device=cfg.device,
+            storing_device=storing_device,
+            compact_obs=True,
+            cudagraph_policy=cfg.collector.cudagraph_policy,
+            track_policy_version=True,
+            auto_register_policy_transforms=True,
+            init_fn=init_worker,
+            **({"cat_results": "stack"} if sync else {}),
+        )

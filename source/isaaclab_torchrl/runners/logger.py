@@ -1,0 +1,120 @@
+"""What a run reports: episode statistics from the batches, TensorBoard scalars under rsl_rl's tag names, and a
+one-line console summary per iteration. Every tag name is written here and nowhere else."""
+
+from __future__ import annotations
+
+import collections
+import statistics
+
+from tensordict import TensorDictBase
+from torch.utils.tensorboard import SummaryWriter
+
+from ..envs import EPISODE_LOG_KEY
+
+LOSS_TAGS = {"surrogate": "Loss/surrogate", "value": "Loss/value", "entropy": "Loss/entropy"}
+"""PPO's losses under rsl_rl's tags; ``kl`` and ``grad_norm`` are ours (``Loss/kl``, ``Loss/grad_norm``)."""
+
+
+def finished_episodes(td: TensorDictBase) -> tuple[list[float], list[int]]:
+    """The returns and lengths of the episodes that end in the steps of ``td`` (a collected batch or one step).
+
+    With ``compact_obs`` only the root running sums are kept: a finished episode's totals are the root value plus
+    its last step.
+    """
+    done = td["next", "done"].squeeze(-1)
+    returns = (td["episode_reward"] + td["next", "reward"]).squeeze(-1)[done]
+    lengths = td["step_count"].squeeze(-1)[done] + 1
+    return returns.tolist(), lengths.tolist()
+
+
+class Logger:
+    """TensorBoard events in the run folder (none without one) and the console line of each iteration.
+
+    Args:
+        log_dir: The run folder, or ``None`` (no events: a rank other than 0, or a run without a folder).
+        start_iteration: The iteration training starts from; a resumed run continues its event stream, and
+            events logged after its checkpoint are dropped.
+        echo: Print the console line (rank 0 speaks for all).
+    """
+
+    def __init__(self, log_dir: str | None, start_iteration: int = 0, echo: bool = True):
+        self.writer = None
+        if log_dir is not None:
+            self.writer = SummaryWriter(log_dir=log_dir, flush_secs=10, purge_step=start_iteration + 1)
+        self.echo = echo
+        self.episode_returns = collections.deque(maxlen=100)
+        self.episode_lengths = collections.deque(maxlen=100)
+        self.total_time = 0.0
+        """Collection and learning seconds summed over the iterations (rsl_rl's time axis)."""
+
+    def add_batch(self, batch: TensorDictBase) -> dict[str, float]:
+        """Records the episodes that ended in ``batch``; returns the task's episode terms (``extras["log"]``)."""
+        returns, lengths = finished_episodes(batch)
+        self.episode_returns.extend(returns)
+        self.episode_lengths.extend(lengths)
+        terms = {}
+        if EPISODE_LOG_KEY in batch["next"].keys():
+            for name, value in batch["next", EPISODE_LOG_KEY].items(include_nested=True, leaves_only=True):
+                value = value[~value.isnan()]
+                if value.numel():
+                    # rsl_rl's rule: a name with a "/" is a tag of its own, others go under Episode/
+                    terms[name if "/" in name else f"Episode/{name}"] = float(value.mean())
+        return terms
+
+    def log(
+        self,
+        iteration: int,
+        end_iteration: int,
+        stats: dict[str, float],
+        episode_terms: dict[str, float],
+        num_steps: int,
+        collect_time: float,
+        learn_time: float,
+        eta: float,
+    ) -> None:
+        """Writes one iteration's scalars and prints its line.
+
+        Args:
+            stats: The update's statistics (``surrogate``, ``value``, ``entropy``, ``kl``, ``grad_norm``), the
+                ``learning_rate``, ``mean_std``, ``policy_lag`` and, with several ranks, ``communication_time``.
+        """
+        fps = num_steps / (collect_time + learn_time)
+        self.total_time += collect_time + learn_time
+        reward = statistics.fmean(self.episode_returns) if self.episode_returns else None
+        length = statistics.fmean(self.episode_lengths) if self.episode_lengths else None
+        if self.writer is not None:
+            scalars = {tag: stats[key] for key, tag in LOSS_TAGS.items()}
+            scalars.update({"Loss/kl": stats["kl"], "Loss/grad_norm": stats["grad_norm"]})
+            scalars["Loss/learning_rate"] = stats["learning_rate"]
+            scalars["Policy/mean_std"] = stats["mean_std"]
+            scalars.update({"Perf/total_fps": fps, "Perf/collection_time": collect_time})
+            scalars.update({"Perf/learning_time": learn_time, "Perf/policy_lag": stats["policy_lag"]})
+            if "communication_time" in stats:
+                scalars["Perf/communication_time"] = stats["communication_time"]
+            if reward is not None:
+                scalars.update({"Train/mean_reward": reward, "Train/mean_episode_length": length})
+            scalars.update(episode_terms)
+            for tag, value in scalars.items():
+                self.writer.add_scalar(tag, value, iteration)
+            if reward is not None:  # rsl_rl's second axis: seconds of collection and learning
+                self.writer.add_scalar("Train/mean_reward/time", reward, int(self.total_time))
+                self.writer.add_scalar("Train/mean_episode_length/time", length, int(self.total_time))
+        if not self.echo:
+            return
+        communication = ""
+        if "communication_time" in stats:
+            communication = f", of which all-reduce {stats['communication_time']:.3f}s"
+        print(
+            f"[torchrl] it {iteration:5d}/{end_iteration} | {fps:8.0f} steps/s "
+            f"(collect {collect_time:.2f}s, learn {learn_time:.2f}s{communication}) | "
+            f"return {'n/a' if reward is None else f'{reward:.2f}':>9} | "
+            f"ep len {'n/a' if length is None else f'{length:.1f}':>7} | "
+            f"value {stats['value']:.4f} | surrogate {stats['surrogate']:+.4f} | "
+            f"entropy {stats['entropy']:.3f} | kl {stats['kl']:.4f} | lag {stats['policy_lag']:.1f} | "
+            f"lr {stats['learning_rate']:.1e} | ETA {eta:6.0f}s",
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

@@ -1,0 +1,150 @@
+"""The training loop: batches from the collector workers, PPO updates, weight syncs, logs and checkpoints."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+import yaml
+
+from ..agents.torchrl_cfg import TorchRLRunnerCfg
+from ..envs import IsaacLabEnvFactory
+from ..models import EnvInterface
+from .checkpoint import load_checkpoint, save_checkpoint
+from .collection import Collection
+from .distributed import DistributedContext, average
+from .logger import Logger
+from .ppo import PPO
+from .safety import NonFiniteError, StopSignals
+
+
+class TorchRLRunner:
+    """Trains a (recurrent) PPO agent on Isaac Lab environments that live only in collector subprocesses.
+
+    Args:
+        env_factories: One factory per collector subprocess.
+        interface: Observation and action sizes, read from a worker's environment.
+        cfg: The runner configuration.
+        log_dir: Run folder for TensorBoard events and checkpoints; ``None`` disables both.
+        distributed: This rank's place in a data-parallel group, or ``None``.
+    """
+
+    def __init__(
+        self,
+        env_factories: list[IsaacLabEnvFactory],
+        interface: EnvInterface,
+        cfg: TorchRLRunnerCfg,
+        log_dir: str | None,
+        distributed: DistributedContext | None = None,
+    ):
+        self.cfg = cfg
+        self.env_factories = env_factories
+        self.interface = interface
+        self.log_dir = log_dir
+        self.distributed = distributed
+        torch.manual_seed(cfg.seed)
+        self.learner = PPO(cfg, interface, cfg.train_device or cfg.device, distributed)
+        self.iteration = 0
+        self._last_saved = None
+
+    def learn(self, num_iterations: int | None = None) -> signal.Signals | None:
+        """Collects and trains for ``num_iterations`` iterations (default: ``cfg.max_iterations``).
+
+        SIGINT or SIGTERM stops training after the current update, which is saved; a second SIGINT aborts at
+        once. The collector workers are shut down whatever happens.
+
+        Returns:
+            The signal that stopped training, or ``None`` when it ran all its iterations.
+
+        Raises:
+            WorkerFailure: a collector worker died, or no batch came within the timeout.
+            NonFiniteError: NaN/Inf in a batch or in the update (the last checkpoint holds parameters from
+                before it).
+        """
+        start_iteration = self.iteration
+        end_iteration = start_iteration + (self.cfg.max_iterations if num_iterations is None else num_iterations)
+        logger = Logger(self.log_dir, start_iteration, echo=self.distributed is None or self.distributed.is_main)
+        start_time = time.perf_counter()
+        policy = self.learner.collection_policy
+        try:
+            with StopSignals() as stop, Collection(self.cfg, self.env_factories, policy, self.interface) as workers:
+                for batch in workers:
+                    learn_start = time.perf_counter()
+                    stats = self._update(batch)
+                    workers.sync_weights()
+                    learn_time = time.perf_counter() - learn_start
+                    self.iteration += 1
+                    stats["policy_lag"] = workers.policy_lag(batch)
+                    episode_terms = logger.add_batch(batch)
+                    elapsed = time.perf_counter() - start_time
+                    eta = elapsed / (self.iteration - start_iteration) * (end_iteration - self.iteration)
+                    steps = batch.numel()
+                    logger.log(
+                        self.iteration, end_iteration, stats, episode_terms, steps, workers.wait_time, learn_time, eta
+                    )
+                    if self.iteration % self.cfg.save_interval == 0 or self.iteration == end_iteration:
+                        self._save_iteration()
+                    if self.iteration == end_iteration or self._stop_requested(stop):
+                        break
+                if stop.received is not None:
+                    self._save_iteration()
+                return stop.received
+        finally:
+            logger.close()
+
+    def _update(self, batch) -> dict[str, float]:
+        """The learner's update of one batch and the statistics to log; a NaN/Inf stop names the iteration, and
+        saves the networks when they are still those from before the update."""
+        try:
+            stats = self.learner.update(batch)
+        except NonFiniteError as exc:
+            if exc.parameters_unchanged:
+                self._save_iteration()
+            raise NonFiniteError(f"Iteration {self.iteration + 1}: {exc}", exc.parameters_unchanged) from exc
+        stats["learning_rate"] = self.learner.learning_rate
+        stats["mean_std"] = self.learner.noise_std()
+        if self.distributed is not None:
+            stats["communication_time"] = self.learner.communication_time
+        return stats
+
+    def _stop_requested(self, stop: StopSignals) -> bool:
+        """Whether to stop now; with several ranks, all stop after the same update when any was signalled."""
+        requested = stop.received is not None
+        if self.distributed is not None:
+            requested = bool(average(torch.tensor(float(requested), device=self.learner.device)) > 0)
+        return requested
+
+    def _save_iteration(self) -> None:
+        """Saves ``model_<iteration>.pt`` (once per iteration) in the run folder."""
+        path = None if self.log_dir is None else os.path.join(self.log_dir, f"model_{self.iteration}.pt")
+        if path is not None and path != self._last_saved:
+            self.save(path)
+            self._last_saved = path
+
+    def state_dict(self) -> dict:
+        return {
+            **self.learner.state_dict(),
+            "iteration": self.iteration,
+            "rng_state": torch.get_rng_state(),
+            # the config travels as YAML text, so that loading stays weights_only
+            "config": yaml.safe_dump(self.cfg.to_dict(), sort_keys=False),
+        }
+
+    def save(self, path: str) -> None:
+        save_checkpoint(self.state_dict(), path)
+
+    def load(self, path: str) -> None:
+        """Restores networks, optimizer, learning rate, iteration counter and RNG state from a checkpoint.
+
+        Raises:
+            ValueError: the checkpoint cannot be read or was trained with other networks or sizes.
+        """
+        state = load_checkpoint(path, map_location=self.learner.device)
+        try:
+            self.learner.load_state_dict(state)
+        except ValueError as exc:
+            raise ValueError(f"Checkpoint {path} does not fit this task and agent ({exc})") from exc
+        self.iteration = state["iteration"]
+        torch.set_rng_state(state["rng_state"].cpu())

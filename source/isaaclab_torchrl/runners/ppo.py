@@ -1,0 +1,251 @@
+"""The PPO learner: actor and critic, GAE, the clipped loss, Adam with rsl_rl's adaptive learning rate, and the
+optional compiled / CUDA-graph gradient step. It knows nothing of environments or collectors: it takes a
+collected batch and updates its networks (``benchmarks/learner.py`` and the unit tests build it alone)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import CudaGraphModule
+from torchrl.modules import set_recurrent_mode
+from torchrl.objectives import ClipPPOLoss
+
+from ..agents.torchrl_cfg import TorchRLRunnerCfg
+from ..envs import FINAL_OBS_KEY
+from ..models import EnvInterface, make_collection_policy, make_models, noise_std, observation_normalizers
+from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
+from .gae import CollectedBatchGAE
+from .safety import NonFiniteError
+
+
+class PPO:
+    """Recurrent PPO on whole trajectory slices.
+
+    Args:
+        cfg: The runner configuration (its ``policy`` and ``algorithm`` and the speed options are read).
+        interface: Observation groups and sizes of the task, and the action size.
+        device: The learner's device.
+        distributed: This rank's place in a data-parallel group, or ``None``.
+    """
+
+    def __init__(
+        self,
+        cfg: TorchRLRunnerCfg,
+        interface: EnvInterface,
+        device: torch.device | str,
+        distributed: DistributedContext | None = None,
+    ):
+        self.cfg = cfg
+        self.interface = interface
+        self.device = torch.device(device)
+        self.distributed = distributed
+        algo = cfg.algorithm
+
+        self.actor, self.critic = make_models(cfg.policy, interface, self.device)
+        if distributed is not None:
+            # every replica starts from rank 0's parameters; averaged gradients keep them equal
+            broadcast_state(self.actor)
+            broadcast_state(self.critic)
+        self.collection_policy = make_collection_policy(self.actor, self.critic, cfg.policy)
+        """What the collector workers run: these networks, not copies (the weight sync sends their weights)."""
+        self.normalizers = [(n, interface.actor_obs_keys) for n in observation_normalizers(self.actor)]
+        self.normalizers += [(n, interface.critic_obs_keys) for n in observation_normalizers(self.critic)]
+        self.gae = CollectedBatchGAE(self.critic, algo.gamma, algo.lam, interface.critic_obs_keys)
+        self.loss = ClipPPOLoss(
+            self.actor,
+            self.critic,
+            clip_epsilon=algo.clip_param,
+            entropy_coeff=algo.entropy_coef,
+            critic_coeff=algo.value_loss_coef,
+            loss_critic_type="l2",
+            clip_value=algo.clip_param if algo.use_clipped_value_loss else None,
+            normalize_advantage=False,
+            # a CUDA graph cannot replay the loss's host-side branches on its coefficients (`if clip_value:`)
+            # when they live on the GPU
+            device="cpu" if cfg.cudagraphs else None,
+        )
+        self.loss_keys = [key for key in self.loss.in_keys if not (isinstance(key, tuple) and key[0] == "next")]
+        self.loss_keys += ["advantage", "value_target", "state_value"]
+        # the learning rate is a tensor on the learner's device, adapted there, so that no minibatch waits for the
+        # device to report its KL (Adam reads a tensor learning rate on CUDA with capturable=True)
+        self.lr = torch.tensor(float(algo.learning_rate), device=self.device)
+        on_cuda = self.device.type == "cuda"
+        self.parameters = list(self.loss.parameters())  # what the optimizer, the all-reduce and the clipping act on
+        self.optimizer = torch.optim.Adam(self.parameters, lr=self.lr, capturable=on_cuda, fused=on_cuda)
+        self._loss_and_gradients = torch.compile(self.loss_and_gradients) if cfg.compile else self.loss_and_gradients
+        if cfg.cudagraphs:
+            # the gradients of the replays land in the .grad tensors of the capture, which the optimizer reads
+            self._loss_and_gradients = CudaGraphModule(
+                self._loss_and_gradients, in_keys=[], out_keys=[], device=self.device
+            )
+        self.communication_time = 0.0
+        """Seconds spent in all-reduces since the last :meth:`update` began."""
+
+    def update(self, batch: TensorDictBase) -> dict[str, float]:
+        """One PPO update on a collected batch: GAE, then epochs of minibatches of whole trajectory slices.
+
+        Raises:
+            NonFiniteError: NaN/Inf in the batch, the advantages, a loss or a gradient (with ``check_for_nan``).
+        """
+        algo, check = self.cfg.algorithm, self.cfg.check_for_nan
+        self.communication_time = 0.0
+        batch = batch.to(self.device)
+        if check:
+            final_obs = [("next", FINAL_OBS_KEY, key) for key in self.interface.critic_obs_keys]
+            self._check_finite(batch, [*self.interface.obs_keys, *final_obs, ("next", "reward")], "batch")
+        batch = self.gae(batch)
+        if check:
+            self._check_finite(batch, ["advantage", "value_target"], "advantages")
+        # after the checks, so that a bad batch leaves the networks (statistics included) as they were
+        self._update_normalizers(batch)
+        if algo.normalize_advantage:
+            advantage = batch["advantage"]
+            batch["advantage"] = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        # only what the loss reads: indexing a minibatch then copies a few tensors instead of the whole batch
+        batch = batch.select(*self.loss_keys)
+
+        sums, num_steps = None, 0  # statistics summed on the device, read once per update
+        for epoch in range(algo.num_learning_epochs):
+            for minibatch in self._minibatches(batch):
+                stats = self._loss_and_gradients(minibatch)
+                stats["grad_norm"] = self._average_and_clip_gradients()
+                if self.distributed is not None:
+                    # one all-reduce: the same KL (so the same learning rate) and NaN verdict on every rank
+                    with self._communication():
+                        values = average(torch.stack(list(stats.values())))
+                        stats = TensorDict(dict(zip(stats.keys(), values.unbind(), strict=True)))
+                if check:
+                    self._check_step(stats, epoch, num_steps)
+                if algo.schedule == "adaptive":
+                    self._adapt_learning_rate(stats["kl"])
+                self.optimizer.step()
+                sums = stats if sums is None else sums + stats
+                num_steps += 1
+        return {key: float(value) / num_steps for key, value in sums.items()}
+
+    def _minibatches(self, batch: TensorDictBase):
+        """A random split of the slices into ``num_mini_batches`` minibatches of equal size (a CUDA graph replays
+        one shape); like rsl_rl, the remainder of the division sits that epoch out."""
+        count = self.cfg.algorithm.num_mini_batches
+        per_minibatch = batch.shape[0] // count
+        permutation = torch.randperm(batch.shape[0], device=batch.device)[: count * per_minibatch]
+        for indices in permutation.view(count, per_minibatch):
+            yield batch[indices]
+
+    def loss_and_gradients(self, minibatch: TensorDictBase) -> TensorDictBase:
+        """PPO's losses on one minibatch and their gradients (in ``.grad``); returns the detached statistics.
+
+        This is the part that ``cfg.compile`` compiles and ``cfg.cudagraphs`` replays as a CUDA graph.
+        """
+        with set_recurrent_mode(True):
+            losses = self.loss(minibatch)
+        loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        # k3 estimator of KL(behaviour || current) from the loss's ratio statistics: non-negative per sample
+        kl = (losses["mean_ratio"] - 1.0 + losses["kl_approx"]).detach()
+        return TensorDict(
+            {
+                "surrogate": losses["loss_objective"].detach(),
+                "value": losses["loss_critic"].detach(),
+                "entropy": losses["entropy"].detach(),
+                "kl": kl,
+            }
+        )
+
+    def _average_and_clip_gradients(self) -> torch.Tensor:
+        """Averages the gradients over the ranks (with several) and clips their joint norm; returns the norm."""
+        if self.distributed is not None:
+            with self._communication():
+                average_gradients(self.parameters)
+        return torch.nn.utils.clip_grad_norm_(self.parameters, self.cfg.algorithm.max_grad_norm)
+
+    def _check_step(self, stats: TensorDictBase, epoch: int, done_steps: int) -> None:
+        """Stops before the optimizer step when a loss or the gradient is not finite (one host sync)."""
+        values = torch.stack(list(stats.values()))
+        if not bool(torch.isfinite(values).all()):
+            bad = [key for key, value in stats.items() if not bool(torch.isfinite(value))]
+            raise NonFiniteError(
+                f"Non-finite {bad} in minibatch {done_steps + 1} (epoch {epoch + 1}) of the update; that gradient "
+                "step was not applied.",
+                parameters_unchanged=done_steps == 0,
+            )
+
+    def _update_normalizers(self, batch: TensorDictBase) -> None:
+        """Merges the batch's observations into the running statistics of the networks' inputs.
+
+        The workers receive the new statistics with the next weight sync (they are buffers of the policy).
+        """
+        for normalizer, keys in self.normalizers:
+            samples = torch.cat([batch[key] for key in keys], dim=-1)
+            if self.distributed is None:
+                normalizer.update(samples)
+            else:  # the statistics of all ranks' batches, so that the replicas' normalizers stay equal
+                with self._communication():
+                    moments = global_moments(samples)
+                normalizer.merge(*moments)
+
+    def _check_finite(self, batch: TensorDictBase, keys: list, what: str) -> None:
+        """Stops on NaN/Inf in ``batch[keys]``, naming the keys, before they change the networks (one host sync)."""
+        finite = torch.stack([torch.isfinite(batch[key]).all() for key in keys])
+        if self.distributed is not None:  # a bad batch on any rank stops all ranks
+            finite = average(finite.float()) == 1.0
+        if not bool(finite.all()):
+            bad = [key for key, ok in zip(keys, finite.tolist(), strict=True) if not ok]
+            raise NonFiniteError(
+                f"Non-finite values (NaN/Inf) in {bad} of the {what}: no update was made with this batch.",
+                parameters_unchanged=True,
+            )
+
+    def _adapt_learning_rate(self, kl: torch.Tensor) -> None:
+        """rsl_rl's adaptive schedule: shrink the learning rate when the policy moved too far, grow it otherwise."""
+        desired_kl = self.cfg.algorithm.desired_kl
+        shrunk = torch.clamp(self.lr / 1.5, min=1e-5)
+        grown = torch.clamp(self.lr * 1.5, max=1e-2)
+        lr = torch.where(
+            kl > desired_kl * 2.0, shrunk, torch.where((kl > 0.0) & (kl < desired_kl / 2.0), grown, self.lr)
+        )
+        self.lr.copy_(lr)
+
+    @contextlib.contextmanager
+    def _communication(self):
+        """Times a collective operation (on GPUs, NCCL's launch; the wait shows where the result is used)."""
+        start = time.perf_counter()
+        yield
+        self.communication_time += time.perf_counter() - start
+
+    @property
+    def learning_rate(self) -> float:
+        """The current learning rate (reading it waits for the learner's device)."""
+        return float(self.lr)
+
+    def noise_std(self) -> float:
+        """Mean standard deviation of the Gaussian action noise."""
+        return float(noise_std(self.actor).mean())
+
+    def state_dict(self) -> dict:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "learning_rate": self.learning_rate,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores networks, optimizer and learning rate.
+
+        Raises:
+            ValueError: the state was trained with other networks or sizes.
+        """
+        try:
+            self.actor.load_state_dict(state["actor"])
+            self.critic.load_state_dict(state["critic"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise ValueError(f"different observation/action sizes or networks: {str(exc).splitlines()[0]}") from exc
+        self.lr.fill_(float(state["learning_rate"]))
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
