@@ -53,8 +53,11 @@ def synthetic_batch(learner, num_envs: int, done_prob: float, generator: torch.G
     def observation():
         return torch.randn(num_envs, obs_dim, device=device, generator=generator)
 
-    td = TensorDict({"policy": observation(), "is_init": torch.ones(num_envs, 1, dtype=torch.bool, device=device)},
-                    batch_size=[num_envs], device=device)
+    td = TensorDict(
+        {"policy": observation(), "is_init": torch.ones(num_envs, 1, dtype=torch.bool, device=device)},
+        batch_size=[num_envs],
+        device=device,
+    )
     rollout = []
     with set_recurrent_mode(False):
         # new episodes start from zero recurrent states (what the collectors' state primers write)
@@ -65,15 +68,19 @@ def synthetic_batch(learner, num_envs: int, done_prob: float, generator: torch.G
             done = torch.rand(num_envs, 1, device=device, generator=generator) < done_prob
             truncated = done & (torch.rand(num_envs, 1, device=device, generator=generator) < 0.25)
             next_td = td.get("next", TensorDict(batch_size=[num_envs], device=device))
-            td["next"] = next_td.update({
-                "reward": torch.randn(num_envs, 1, device=device, generator=generator),
-                "done": done,
-                "terminated": done & ~truncated,
-                "truncated": truncated,
-                "final_obs": {"policy": observation()},
-            })
+            td["next"] = next_td.update(
+                {
+                    "reward": torch.randn(num_envs, 1, device=device, generator=generator),
+                    "done": done,
+                    "terminated": done & ~truncated,
+                    "truncated": truncated,
+                    "final_obs": {"policy": observation()},
+                }
+            )
             rollout.append(td.clone())
-            td = next_td.select(*states.keys()).apply(lambda state, done=done: state.masked_fill(done.unsqueeze(-1), 0.0))
+            td = next_td.select(*states.keys()).apply(
+                lambda state, done=done: state.masked_fill(done.unsqueeze(-1), 0.0)
+            )
             td.update({"policy": observation(), "is_init": done})
     return torch.stack(rollout, dim=1).to(learner.device)
 
@@ -91,8 +98,8 @@ def run_variant(args, variant: str) -> dict:
     result = {
         "variant": variant,
         "first_update_s": times[0],
-        "update_s": statistics.median(times[args.warmup:]),
-        "steps_per_s": args.num_envs * learner.cfg.num_steps_per_env / statistics.median(times[args.warmup:]),
+        "update_s": statistics.median(times[args.warmup :]),
+        "steps_per_s": args.num_envs * learner.cfg.num_steps_per_env / statistics.median(times[args.warmup :]),
         "kl": stats["kl"],
     }
     if args.profile:

@@ -53,7 +53,9 @@ for network in ("mlp", "lstm"):
         graphs += ["agent.policy.recurrent_backend=triton"] if network == "lstm" else []
         TRAINING_RUNS[f"torchrl_{network}_{mode}_graphs"] = [*base, *graphs]
         TRAINING_RUNS[f"torchrl_{network}_{mode}_graphs_policy"] = [
-            *base, *graphs, "agent.collector.cudagraph_policy=true"
+            *base,
+            *graphs,
+            "agent.collector.cudagraph_policy=true",
         ]
 ZERO_ACTION_RUNS = ("zero_action_raw", "zero_action_wrapper")
 ALL_RUNS = ZERO_ACTION_RUNS + tuple(TRAINING_RUNS)

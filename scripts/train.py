@@ -149,7 +149,7 @@ def main(argv: list[str]) -> int:
             return 2
         print(
             f"[torchrl] Resuming from {checkpoint} (iteration {runner.iteration}, "
-            f"learning rate {runner.learner.learning_rate:.6g})"
+            f"learning rate {float(runner.learner.optimizer.param_groups[0]['lr']):.6g})"
         )
     elif log_dir is not None:
         dump_yaml(os.path.join(log_dir, "params", "env.yaml"), env_cfg)

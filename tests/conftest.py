@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import subprocess
@@ -17,25 +18,44 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OFFLINE_ASSET_ROOT = os.path.join(REPO, "source", "isaaclab_torchrl", "offline_assets")
 CPU_ARGS = ["--device", "cpu", "--viz", "none", "physics=newton_mjwarp"]
 ITERATION = re.compile(r"\[torchrl\] it +(\d+)/")
+WORKERS = re.compile(r"\[torchrl\] collector workers: (.*)")
 
 
-def script_env(extra_env: dict | None = None) -> dict:
+def worker_pids(output: str) -> dict[int, int]:
+    """Collector index -> pid, from the line the runner prints when its workers start."""
+    (line,) = WORKERS.findall(output)
+    return {int(index): int(pid) for index, pid in re.findall(r"(\d+) \(pid (\d+)\)", line)}
+
+
+def script_env(extra_env: dict | None = None, offline_switch: bool = False) -> dict:
+    """The environment of a script: the vendored assets as ``ISAACSIM_ASSET_ROOT``, or with ``offline_switch`` through
+    ``ISAACLAB_TORCHRL_OFFLINE_ASSETS=1`` alone (the documented switch)."""
     env = dict(os.environ)
     env.update(extra_env or {})
-    env["ISAACSIM_ASSET_ROOT"] = OFFLINE_ASSET_ROOT
     env.pop("ISAACLAB_TORCHRL_OFFLINE_ASSETS", None)
+    env.pop("ISAACSIM_ASSET_ROOT", None)
+    if offline_switch:
+        env["ISAACLAB_TORCHRL_OFFLINE_ASSETS"] = "1"
+    else:
+        env["ISAACSIM_ASSET_ROOT"] = OFFLINE_ASSET_ROOT
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
 def run_script(
-    script: str, args: list[str], cwd, timeout: float = 900, extra_env: dict | None = None
+    script: str,
+    args: list[str],
+    cwd,
+    timeout: float = 900,
+    extra_env: dict | None = None,
+    offline_switch: bool = False,
+    env: dict | None = None,
 ) -> subprocess.CompletedProcess:
     """Runs ``scripts/<script>`` with the test interpreter in ``cwd``; returns the finished process."""
     return subprocess.run(
         [sys.executable, os.path.join(REPO, "scripts", script), *args],
         cwd=cwd,
-        env=script_env(extra_env),
+        env=env or script_env(extra_env, offline_switch),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -68,12 +88,37 @@ def workdir(tmp_path):
     return tmp_path
 
 
+def tree_digest(folder: str) -> dict[str, str]:
+    """Relative path -> SHA-256 of every file below ``folder``."""
+    digests = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as file:
+                digests[os.path.relpath(path, folder)] = hashlib.sha256(file.read()).hexdigest()
+    return digests
+
+
+@pytest.fixture(scope="session")
+def short_mlp_run(tmp_path_factory):
+    """A 2-iteration Cartpole-Direct MLP run (16 envs) made with the offline switch alone, shared by the tests that
+    only need a finished run: ``(workdir, run_dir, process)``."""
+    workdir = tmp_path_factory.mktemp("short_mlp_run")
+    args = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--max_iterations", "2", *CPU_ARGS]
+    process = run_script("train.py", args, cwd=workdir, offline_switch=True)
+    assert_ok(process)
+    (run_dir,) = run_dirs(workdir, "cartpole_direct")
+    return workdir, run_dir, process
+
+
 class Training:
     """A ``scripts/train.py`` process (or ``launcher`` + ``args``) whose output is read as it comes, and whose
     descendants are tracked."""
 
     def __init__(self, workdir, args: list[str], extra_env: dict | None = None, launcher: list[str] | None = None):
         self.lines: list[str] = []
+        self.line_times: list[float] = []
+        """``time.monotonic()`` at which each line was read."""
         command = [*launcher, *args] if launcher else [sys.executable, os.path.join(REPO, "scripts", "train.py"), *args]
         self.process = subprocess.Popen(
             command,
@@ -89,11 +134,26 @@ class Training:
 
     def _read(self) -> None:
         for line in self.process.stdout:
+            self.line_times.append(time.monotonic())
             self.lines.append(line)
 
     @property
     def output(self) -> str:
         return "".join(self.lines)
+
+    def time_of(self, text: str) -> float | None:
+        """When the first line containing ``text`` was read (``time.monotonic()``), or ``None``."""
+        for line, when in zip(list(self.lines), list(self.line_times), strict=False):
+            if text in line:
+                return when
+        return None
+
+    def wait_for_line(self, text: str, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while self.time_of(text) is None:
+            assert self.process.poll() is None, f"training ended early:\n{self.output[-4000:]}"
+            assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{self.output[-4000:]}"
+            time.sleep(0.1)
 
     def last_iteration(self) -> int:
         found = ITERATION.findall(self.output)

@@ -1,13 +1,13 @@
 """Bad command-line input: a clear one-line error, a non-zero exit, and nothing written."""
 
 import os
-from types import SimpleNamespace
 
 import pytest
 
-from conftest import CPU_ARGS, run_script
-from isaaclab_torchrl.agents.cartpole import CartpoleDirectLstmPPORunnerCfg, CartpoleDirectPPORunnerCfg
-from isaaclab_torchrl.cli import UsageError, validate_train_cfg
+import isaaclab_torchrl  # noqa: F401  (registers the tasks the agents are ported from)
+from conftest import CPU_ARGS, run_script, script_env
+from isaaclab_torchrl.agents import ported_agent
+from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
 
 CASES = {
     "unknown task": (["--task", "Isaac-Does-Not-Exist"], "Unknown task 'Isaac-Does-Not-Exist'"),
@@ -15,8 +15,8 @@ CASES = {
     "image task": (["--task", "Isaac-Cartpole-Camera-Direct"], "image observations are not supported yet"),
     "multi-agent task": (["--task", "Isaac-Shadow-Handover-Direct"], "is a multi-agent task"),
     "unknown recurrent backend": (
-        ["--task", "Isaac-Cartpole-Direct", "agent.collector.recurrent_backend=cudnn"],
-        "agent.collector.recurrent_backend must be one of",
+        ["--task", "Isaac-Cartpole-Direct", "agent.policy.recurrent_backend=cudnn"],
+        "agent.policy.recurrent_backend must be one of",
     ),
     "unknown agent": (
         ["--task", "Isaac-Cartpole-Direct", "--agent", "torchrl_transformer"],
@@ -46,6 +46,18 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "agent.compile=true", "agent.cudagraphs=true"],
         "agent.cudagraphs=true needs a CUDA learner, got the device 'cpu'",
     ),
+    "unknown activation": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.policy.activation=swish"],
+        "agent.policy.activation must be one of",
+    ),
+    "removed option": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.collector.compact_obs=false"],
+        "Invalid configuration override",
+    ),
+    "unknown observation-group set": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.obs_groups={student:[policy]}"],
+        "agent.obs_groups has entries ['student']",
+    ),
     "non-positive learning rate": (
         ["--task", "Isaac-Cartpole-Direct", "agent.algorithm.learning_rate=0"],
         "learning_rate must be > 0",
@@ -53,25 +65,25 @@ CASES = {
 }
 
 
-# speed options that cannot work together, checked on the configs (no process): (agent, overrides, message)
+# speed options that cannot work together, checked on the configs (no process): (recurrent, overrides, message)
 SPEED_OPTION_CASES = {
     "CUDA graphs without compile": (
-        CartpoleDirectPPORunnerCfg,
+        False,
         {"device": "cuda:0", "cudagraphs": True},
         "agent.cudagraphs=true needs agent.compile=true",
     ),
     "CUDA graphs with the pad recurrent backend": (
-        CartpoleDirectLstmPPORunnerCfg,
+        True,
         {"device": "cuda:0", "compile": True, "cudagraphs": True},
         "cannot replay the 'pad' recurrent backend",
     ),
     "CUDA graphs on a CPU learner": (
-        CartpoleDirectPPORunnerCfg,
+        False,
         {"device": "cuda:0", "train_device": "cpu", "compile": True, "cudagraphs": True},
         "needs a CUDA learner, got the device 'cpu'",
     ),
     "CUDA-graph policy on a CPU simulation": (
-        CartpoleDirectPPORunnerCfg,
+        False,
         {"device": "cpu", "collector.cudagraph_policy": True},
         "agent.collector.cudagraph_policy=true needs a CUDA simulation device",
     ),
@@ -80,21 +92,20 @@ SPEED_OPTION_CASES = {
 
 @pytest.mark.parametrize("case", sorted(SPEED_OPTION_CASES))
 def test_incompatible_speed_options_are_rejected(case):
-    agent_class, overrides, message = SPEED_OPTION_CASES[case]
-    agent_cfg = agent_class()
+    recurrent, overrides, message = SPEED_OPTION_CASES[case]
+    agent_cfg = ported_agent("Isaac-Cartpole-Direct", recurrent)
     for path, value in overrides.items():
         *parents, name = path.split(".")
         target = agent_cfg
         for parent in parents:
             target = getattr(target, parent)
         setattr(target, name, value)
-    env_cfg = SimpleNamespace(scene=SimpleNamespace(num_envs=64))
-    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        validate_train_cfg(env_cfg, agent_cfg)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        validate_agent_cfg(agent_cfg, num_envs=64)
     # the same options in the combination that works pass the check
     agent_cfg.compile = agent_cfg.cudagraphs = False
     agent_cfg.collector.cudagraph_policy = False
-    validate_train_cfg(env_cfg, agent_cfg)
+    validate_agent_cfg(agent_cfg, num_envs=64)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -115,3 +126,17 @@ def test_unwritable_log_directory_is_rejected_before_the_simulation(workdir):
     assert process.returncode == 2, process.stderr[-3000:]
     assert "[torchrl] error: Cannot write the log directory" in process.stderr, process.stderr[-3000:]
     assert "Starting the simulation" not in process.stdout + process.stderr
+
+
+def test_unreachable_asset_server_without_a_local_root_is_one_line(workdir):
+    """No ISAACSIM_ASSET_ROOT, no offline switch, and Isaac Lab's asset server out of reach (the test machines have
+    no network; an unroutable proxy makes sure of it elsewhere): one line naming both ways out, nothing written."""
+    env = script_env({"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"})
+    env.pop("ISAACSIM_ASSET_ROOT")
+    process = run_script("train.py", ["--task", "Isaac-Cartpole-Direct", *CPU_ARGS], cwd=workdir, env=env, timeout=300)
+    assert process.returncode == 2, process.stderr[-3000:]
+    errors = [line for line in process.stderr.splitlines() if line.startswith("[torchrl] error:")]
+    assert len(errors) == 1 and "cannot be reached" in errors[0], process.stderr[-3000:]
+    assert "ISAACSIM_ASSET_ROOT" in errors[0] and "ISAACLAB_TORCHRL_OFFLINE_ASSETS=1" in errors[0], errors
+    assert "Traceback" not in process.stderr
+    assert not os.path.exists(os.path.join(workdir, "logs")), "nothing may be written"

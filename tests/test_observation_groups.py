@@ -33,7 +33,16 @@ def test_asymmetric_critic_with_normalisation_trains_and_plays(workdir):
     assert sorted(v.numel() for v in critic_stats.values()) == [1, 8, 8], critic_stats.keys()
     assert sorted(v.numel() for v in actor_stats.values()) == [1, 4, 4], actor_stats.keys()
     assert [int(v) for k, v in actor_stats.items() if k.endswith("count")] == [2 * 16 * 16]
+    assert [int(v) for k, v in critic_stats.items() if k.endswith("count")] == [2 * 16 * 16]
     assert all(bool((v != 0).any()) for k, v in actor_stats.items() if k.endswith("mean"))
+    # the critic group starts with the policy group's terms (relative joint positions and velocities), seen in the
+    # same samples: its first four statistics are the actor's
+    (actor_mean,) = [v for k, v in actor_stats.items() if k.endswith("mean")]
+    (actor_var,) = [v for k, v in actor_stats.items() if k.endswith("var")]
+    (critic_mean,) = [v for k, v in critic_stats.items() if k.endswith("mean")]
+    (critic_var,) = [v for k, v in critic_stats.items() if k.endswith("var")]
+    torch.testing.assert_close(critic_mean[:4], actor_mean)
+    torch.testing.assert_close(critic_var[:4], actor_var)
 
     played = run_script("play.py", [*task, "--num_envs", "2", "--max_steps", "20"], cwd=workdir, extra_env=env)
     assert_ok(played)

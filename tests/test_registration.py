@@ -1,5 +1,6 @@
 """Importing isaaclab_torchrl registers its agents beside, never instead of, the existing entry points."""
 
+import glob
 import os
 import subprocess
 import sys
@@ -76,8 +77,11 @@ def test_isaaclab_builtin_torchrl_backend_still_trains(tmp_path):
         timeout=600,
     )
     assert process.returncode == 0, process.stderr[-4000:]
-    assert os.path.isdir(os.path.join(tmp_path, "logs", "torchrl", "cartpole_direct")), process.stdout[-2000:]
-    assert REPO
+    # Isaac Lab creates the run folder before training: what shows that it trained is what it wrote after
+    written = glob.glob(os.path.join(tmp_path, "logs", "torchrl", "cartpole_direct", "*", "**", "*"), recursive=True)
+    checkpoints = [path for path in written if path.endswith(".pt")]
+    events = [path for path in written if "tfevents" in os.path.basename(path) and os.path.getsize(path) > 100]
+    assert checkpoints or events, written
 
 
 def _rsl_rl_tasks() -> list[str]:

@@ -4,12 +4,12 @@ import os
 
 import yaml
 
-from conftest import CPU_ARGS, assert_ok, run_dirs, run_script, scalars
+from conftest import CPU_ARGS, Training, run_dirs, scalars, worker_pids
 
 
 def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
-    process = run_script(
-        "train.py",
+    training = Training(
+        workdir,
         [
             "--task",
             "Isaac-Cartpole-Direct",
@@ -27,18 +27,21 @@ def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
             "agent.algorithm.learning_rate=3e-4",
             "agent.save_interval=2",
         ],
-        cwd=workdir,
     )
-    assert_ok(process)
+    # two live worker processes, the ones the runner names (they live until training ends)
+    training.wait_for_line("[torchrl] collector workers:")
+    assert sorted(worker_pids(training.output).values()) == sorted(w.pid for w in training.workers())
+    assert len(training.workers()) == 2
+    returncode, _ = training.wait(timeout=900)
+    assert returncode == 0, training.output[-4000:]
     (run_dir,) = run_dirs(workdir, "cartpole_direct_lstm")
     assert run_dir.endswith("_e2e")
-    assert run_dir in process.stdout, "the script says where logs and checkpoints went"
+    assert run_dir in training.output, "the script says where logs and checkpoints went"
 
     with open(os.path.join(run_dir, "params", "agent.yaml")) as file:
         agent = yaml.safe_load(file)
     assert agent["algorithm"]["learning_rate"] == 3e-4, "Hydra overrides reach the agent config"
     assert agent["policy"]["rnn_type"] == "lstm"
-    assert agent["collector"]["num_collectors"] == 2
     with open(os.path.join(run_dir, "params", "env.yaml")) as file:
         env = yaml.load(file, Loader=yaml.FullLoader)  # Isaac Lab writes tuples with python tags
     assert env["scene"]["num_envs"] == 32
@@ -53,13 +56,13 @@ def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
     tags = scalars(run_dir)
     for tag in (
         "Loss/surrogate",
-        "Loss/value_function",
+        "Loss/value",
         "Loss/entropy",
         "Loss/kl",
         "Loss/learning_rate",
         "Loss/grad_norm",
         "Perf/total_fps",
-        "Perf/collection time",
+        "Perf/collection_time",
         "Perf/learning_time",
         "Perf/policy_lag",
         "Train/mean_reward",

@@ -67,7 +67,6 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
     """
     collector, algo, policy = agent_cfg.collector, agent_cfg.algorithm, agent_cfg.policy
     validate_policy_cfg(policy)
-    check_device(agent_cfg.device, "--device")
     if agent_cfg.train_device is not None:
         check_device(agent_cfg.train_device, "--train_device")
     if collector.num_collectors < 1:

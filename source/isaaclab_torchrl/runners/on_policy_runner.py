@@ -71,6 +71,11 @@ class TorchRLRunner:
         try:
             with StopSignals() as stop, Collection(self.cfg, self.env_factories, policy, self.interface) as workers:
                 for batch in workers:
+                    if self.distributed is not None and self.iteration == start_iteration:
+                        # each rank collects its own data: this line shows that they differ
+                        rank, size = self.distributed.rank, self.distributed.world_size
+                        reward_sum = float(batch["next", "reward"].sum())
+                        print(f"[torchrl] rank {rank} of {size}: first batch reward sum {reward_sum:.9g}", flush=True)
                     learn_start = time.perf_counter()
                     stats = self._update(batch)
                     workers.sync_weights()
