@@ -55,8 +55,12 @@ CASES = {
         "Invalid configuration override",
     ),
     "unknown observation-group set": (
-        ["--task", "Isaac-Cartpole-Direct", "agent.obs_groups={student:[policy]}"],
+        ["--task", "Isaac-Cartpole-Direct", 'agent.obs_groups={"student":["policy"]}'],
         "agent.obs_groups has entries ['student']",
+    ),
+    "observation groups not as a mapping": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.obs_groups={actor:[policy]}"],
+        "agent.obs_groups must map 'actor' and 'critic' to lists of observation groups",
     ),
     "non-positive learning rate": (
         ["--task", "Isaac-Cartpole-Direct", "agent.algorithm.learning_rate=0"],

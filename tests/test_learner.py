@@ -18,7 +18,7 @@ from isaaclab_torchrl.runners import PPO
 
 N, T, OBS, ACT, HIDDEN = 4, 6, 3, 2, 5
 CLIP, VALUE_COEF, ENTROPY_COEF, LR, GAMMA, LAM = 0.2, 0.7, 0.01, 3e-3, 0.9, 0.8
-# a norm so small that Adam's epsilon (1e-8) sees the clipping: Adam's first step is otherwise blind to a gradient's scale
+# so small that Adam's epsilon (1e-8) sees the clipping: Adam's first step is otherwise blind to a gradient's scale
 MAX_GRAD_NORM = 1e-6
 TERMINATED = {(0, 2), (3, 5)}
 TRUNCATED = {(1, 3), (2, 0), (3, 1)}

@@ -89,7 +89,13 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
     if algo.num_learning_epochs < 1:
         raise ConfigError(f"agent.algorithm.num_learning_epochs must be >= 1, got {algo.num_learning_epochs}.")
     _one_of("agent.algorithm.schedule", algo.schedule, SCHEDULES)
-    unknown_sets = sorted(set(agent_cfg.obs_groups or {}) - {"actor", "critic"})
+    obs_groups = agent_cfg.obs_groups or {}
+    if not isinstance(obs_groups, dict) or not all(isinstance(v, list | tuple) for v in obs_groups.values()):
+        raise ConfigError(
+            f"agent.obs_groups must map 'actor' and 'critic' to lists of observation groups, got {obs_groups!r}; "
+            """on the command line: 'agent.obs_groups={"actor":["policy"],"critic":["critic"]}'."""
+        )
+    unknown_sets = sorted(set(obs_groups) - {"actor", "critic"})
     if unknown_sets:
         raise ConfigError(f"agent.obs_groups has entries {unknown_sets}; only 'actor' and 'critic' are read.")
     if agent_cfg.cudagraphs:
