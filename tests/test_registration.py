@@ -26,6 +26,27 @@ def test_cartpole_tasks_have_mlp_and_lstm_agents():
         assert mlp.policy.actor_hidden_dims == rsl.actor.hidden_dims
 
 
+def test_agents_are_the_rsl_rl_ports_and_the_cartpole_lstm_differs_only_where_written():
+    for task in ("Isaac-Cartpole-Direct", "Isaac-Velocity-Flat-AnymalD"):
+        rsl = load_cfg_from_registry(task, "rsl_rl_cfg_entry_point")
+        mlp = load_cfg_from_registry(task, agent_entry_point("torchrl"))
+        assert mlp.policy.noise_std_type == rsl.actor.distribution_cfg.std_type == "scalar", task
+        assert mlp.experiment_name == rsl.experiment_name
+    # ANYmal's recurrent agent is rsl_rl's own recurrent config, ported, in a folder of its own
+    rsl = load_cfg_from_registry("Isaac-Velocity-Flat-AnymalD", "rsl_rl_recurrent_cfg_entry_point")
+    lstm = load_cfg_from_registry("Isaac-Velocity-Flat-AnymalD", agent_entry_point("torchrl_lstm"))
+    assert (lstm.policy.rnn_type, lstm.policy.rnn_hidden_size) == (rsl.actor.rnn_type.lower(), rsl.actor.rnn_hidden_dim)
+    assert lstm.experiment_name == f"{rsl.experiment_name}_lstm"
+    # Cartpole's: the MLP agent plus an LSTM of 32 units, nothing else changed
+    mlp = load_cfg_from_registry("Isaac-Cartpole-Direct", agent_entry_point("torchrl")).to_dict()
+    lstm = load_cfg_from_registry("Isaac-Cartpole-Direct", agent_entry_point("torchrl_lstm")).to_dict()
+    assert (lstm["policy"].pop("rnn_type"), lstm["policy"].pop("rnn_hidden_size")) == ("lstm", 32)
+    assert lstm.pop("experiment_name") == mlp.pop("experiment_name") + "_lstm"
+    for name in ("rnn_type", "rnn_hidden_size"):
+        mlp["policy"].pop(name)
+    assert lstm == mlp
+
+
 def test_isaaclab_builtin_torchrl_entry_point_is_untouched():
     from isaaclab_rl.torchrl import TorchRlPpoCfg
 
@@ -101,7 +122,8 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
 
     from isaaclab_tasks.utils.hydra import resolve_presets
 
-    from isaaclab_torchrl.cli import UsageError, resolve_task, validate_train_cfg
+    from isaaclab_torchrl.agents.validation import validate_agent_cfg
+    from isaaclab_torchrl.cli import UsageError, resolve_task
 
     supported, unsupported = [], {}
     for task in _rsl_rl_tasks():
@@ -112,7 +134,7 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
             except UsageError as exc:
                 unsupported[task] = str(exc)
                 continue
-            validate_train_cfg(env_cfg, cfg)
+            validate_agent_cfg(cfg, env_cfg.scene.num_envs)
             assert isinstance(cfg, TorchRLRunnerCfg)
             if agent == "torchrl_lstm":
                 assert cfg.policy.rnn_type in ("lstm", "gru"), task

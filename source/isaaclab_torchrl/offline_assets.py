@@ -77,27 +77,32 @@ def use_offline_assets(env_cfg) -> None:
 
 
 def check_asset_server(env_cfg) -> None:
-    """Asks the server of the env config's first remote asset whether it answers (one request, a few seconds).
+    """Asks Isaac Lab's asset server whether it answers, when the env config has assets on it (one request, a few
+    seconds at most).
 
     A server that answers at all, even "not found", passes: only an unreachable one is reported, before anything
-    starts, instead of a download error from inside a simulation process.
+    starts, instead of a download error from inside a simulation process. Assets elsewhere (a local root, Newton's
+    asset repository) are not asked for.
 
     Raises:
         AssetRootError: the server cannot be reached; the message says how to run with local assets.
     """
+    from isaaclab.utils.assets import NUCLEUS_ASSET_ROOT_DIR
+
+    if urlparse(NUCLEUS_ASSET_ROOT_DIR).scheme not in ("http", "https"):
+        return
     urls = []
-    _map_strings(env_cfg, lambda s: urls.append(s) or s if urlparse(s).scheme in ("http", "https") else s)
+    _map_strings(env_cfg, lambda s: urls.append(s) or s if s.startswith(f"{NUCLEUS_ASSET_ROOT_DIR}/") else s)
     if not urls:
         return
-    url = urls[0]
     try:
-        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=SERVER_TIMEOUT_S).close()
+        urllib.request.urlopen(urllib.request.Request(urls[0], method="HEAD"), timeout=SERVER_TIMEOUT_S).close()
     except urllib.error.HTTPError:
         return  # it answered
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise AssetRootError(
-            f"Isaac Lab's asset server {urlparse(url).netloc} cannot be reached ({reason}). Set "
+            f"Isaac Lab's asset server {urlparse(urls[0]).netloc} cannot be reached ({reason}). Set "
             f"ISAACSIM_ASSET_ROOT to a local copy of the assets, or {OPT_IN_VARIABLE}=1 for the vendored Cartpole "
             "and ANYmal assets."
         ) from None
