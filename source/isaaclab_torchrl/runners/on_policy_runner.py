@@ -68,6 +68,7 @@ class TorchRLRunner:
         logger = Logger(self.log_dir, start_iteration, echo=self.distributed is None or self.distributed.is_main)
         start_time = time.perf_counter()
         policy = self.learner.collection_policy
+        stopped = False
         try:
             with StopSignals() as stop, Collection(self.cfg, self.env_factories, policy, self.interface) as workers:
                 for batch in workers:
@@ -91,9 +92,10 @@ class TorchRLRunner:
                     )
                     if self.iteration % self.cfg.save_interval == 0 or self.iteration == end_iteration:
                         self._save_iteration()
-                    if self.iteration == end_iteration or self._stop_requested(stop):
+                    stopped = self._stop_requested(stop)
+                    if stopped or self.iteration == end_iteration:
                         break
-                if stop.received is not None:
+                if stopped:  # the update that finished when the signal came is saved (by rank 0 for all ranks)
                     self._save_iteration()
                 return stop.received
         finally:
@@ -107,7 +109,7 @@ class TorchRLRunner:
         except NonFiniteError as exc:
             if exc.parameters_unchanged:
                 self._save_iteration()
-            raise NonFiniteError(f"Iteration {self.iteration + 1}: {exc}", exc.parameters_unchanged) from exc
+            raise NonFiniteError(f"{exc} (iteration {self.iteration + 1})", exc.parameters_unchanged) from exc
         stats["learning_rate"] = self.learner.learning_rate
         stats["mean_std"] = self.learner.noise_std()
         if self.distributed is not None:
