@@ -162,7 +162,8 @@ def main(argv: list[str]) -> int:
         print(f"[torchrl] Training aborted. Logs and checkpoints so far: {log_dir}", file=sys.stderr)
         return 130
     except (WorkerFailure, NonFiniteError) as exc:
-        print(f"[torchrl] error: {exc}\n[torchrl] Logs and checkpoints: {log_dir}", file=sys.stderr)
+        rank = "" if context is None else f"rank {context.rank} stopped: "  # which rank says it, under torchrun
+        print(f"[torchrl] error: {rank}{exc}\n[torchrl] Logs and checkpoints: {log_dir}", file=sys.stderr)
         return 1
     except Exception as exc:
         if context is None:
