@@ -2,9 +2,10 @@
 
 import os
 
+import torch
 import yaml
 
-from conftest import CPU_ARGS, Training, run_dirs, scalars, worker_pids
+from conftest import CPU_ARGS, Training, assert_ok, run_dirs, run_script, scalars, worker_pids
 
 
 def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
@@ -47,8 +48,6 @@ def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
     assert env["scene"]["num_envs"] == 32
 
     assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["model_2.pt", "model_4.pt", "model_5.pt"]
-    import torch
-
     checkpoint = torch.load(os.path.join(run_dir, "model_5.pt"), weights_only=True)
     assert checkpoint["iteration"] == 5
     assert {"actor", "critic", "optimizer", "config"} <= set(checkpoint)
@@ -72,3 +71,20 @@ def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
         assert tag in tags, f"{tag} missing from TensorBoard (have {sorted(tags)})"
     assert [step for step, _ in tags["Loss/surrogate"]] == [1, 2, 3, 4, 5]
     assert all(value == 0.0 for _, value in tags["Perf/policy_lag"]), "synchronous collection is on-policy"
+
+
+def test_async_with_two_workers_updates_on_every_environment_with_lag_correction(workdir):
+    """Each update learns from num_envs x num_steps_per_env steps (both workers' rollouts), which the observation
+    normaliser counts; the lag-corrected update logs its importance weights."""
+    args = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--num_collectors", "2", "--async"]
+    args += ["--max_iterations", "3", *CPU_ARGS, "agent.policy.actor_obs_normalization=true"]
+    process = run_script("train.py", args, cwd=workdir)
+    assert_ok(process)
+    (run_dir,) = run_dirs(workdir, "cartpole_direct")
+    state = torch.load(os.path.join(run_dir, "model_3.pt"), weights_only=True)
+    counts = [int(value) for key, value in state["actor"].items() if key.endswith("count")]
+    assert counts == [3 * 16 * 16], counts
+    tags = scalars(run_dir)
+    weights = [value for _, value in tags["Policy/importance_weight"]]
+    assert len(weights) == 3 and all(0.0 < weight <= 1.0 for weight in weights), weights
+    assert "Policy/truncated_fraction" in tags

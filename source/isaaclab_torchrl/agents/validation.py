@@ -117,10 +117,9 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         raise ConfigError(
             f"agent.collector.cudagraph_policy=true needs a CUDA simulation device, got {agent_cfg.device!r}."
         )
-    # the slices of one update: asynchronous collection hands the learner one worker's rollout
-    slices = num_envs if collector.sync else num_envs // collector.num_collectors
-    if not 1 <= algo.num_mini_batches <= slices:
+    # one update learns from every environment's rollout, in both collection modes
+    if not 1 <= algo.num_mini_batches <= num_envs:
         raise ConfigError(
             f"agent.algorithm.num_mini_batches ({algo.num_mini_batches}) must be between 1 and the "
-            f"{slices} trajectory slices (environments) of a batch."
+            f"{num_envs} trajectory slices (environments) of a batch."
         )

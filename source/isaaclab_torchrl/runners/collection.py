@@ -21,7 +21,7 @@ from .safety import CollectorWatchdog, WorkerFailure, init_worker
 class Collection:
     """The collector workers of a training run.
 
-    Use it as a context manager and iterate over it for batches (``[env, time]`` per worker, stacked); call
+    Use it as a context manager and iterate over it for batches of all environments' rollouts; call
     :meth:`sync_weights` after each update. On exit the workers are shut down, and killed if they do not stop
     within ``cfg.collector.shutdown_timeout_s`` (at once after a second Ctrl-C). Batches are laid out with
     ``compact_obs=True``: root observations only, and the critic's true next observations under
@@ -66,19 +66,27 @@ class Collection:
         return self
 
     def __iter__(self) -> Iterator[TensorDictBase]:
-        batches = iter(self._collector)
+        """Batches of ``num_envs x num_steps_per_env`` steps, whatever the number of workers and the mode: an
+        asynchronous collector delivers one worker's rollout at a time, so as many rollouts as there are workers
+        are joined into one batch (a fast worker may deliver two of them)."""
+        rollouts = iter(self._collector)
+        rollouts_per_batch = 1 if self.cfg.collector.sync else len(self.env_factories)
         while True:
             start = time.perf_counter()
-            self._watchdog.expect_batch()
-            try:
-                batch = next(batches)
-            except WorkerFailure:
-                raise
-            except Exception as exc:  # torchrl stops the collector when a worker dies or is killed
-                raise self._watchdog.failure(exc) from exc
-            self._watchdog.batch_received()
+            parts = [self._next_rollout(rollouts) for _ in range(rollouts_per_batch)]
             self.wait_time = time.perf_counter() - start
-            yield batch
+            yield parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+
+    def _next_rollout(self, rollouts: Iterator[TensorDictBase]) -> TensorDictBase:
+        self._watchdog.expect_batch()
+        try:
+            rollout = next(rollouts)
+        except WorkerFailure:
+            raise
+        except Exception as exc:  # torchrl stops the collector when a worker dies or is killed
+            raise self._watchdog.failure(exc) from exc
+        self._watchdog.batch_received()
+        return rollout
 
     def sync_weights(self) -> None:
         """Sends the policy's current weights (and observation statistics) to the workers."""

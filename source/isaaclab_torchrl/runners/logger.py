@@ -75,8 +75,9 @@ class Logger:
         """Writes one iteration's scalars and prints its line.
 
         Args:
-            stats: The update's statistics (``surrogate``, ``value``, ``entropy``, ``kl``, ``grad_norm``), the
-                ``learning_rate``, ``mean_std``, ``policy_lag`` and, with several ranks, ``communication_time``.
+            stats: The update's statistics (``surrogate``, ``value``, ``entropy``, ``kl``, ``grad_norm``; with
+                asynchronous collection ``importance_weight`` and ``truncated_fraction``), the ``learning_rate``,
+                ``mean_std``, ``policy_lag`` and, with several ranks, ``communication_time``.
         """
         fps = num_steps / (collect_time + learn_time)
         self.total_time += collect_time + learn_time
@@ -91,6 +92,9 @@ class Logger:
             scalars.update({"Perf/learning_time": learn_time, "Perf/policy_lag": stats["policy_lag"]})
             if "communication_time" in stats:
                 scalars["Perf/communication_time"] = stats["communication_time"]
+            for key in ("importance_weight", "truncated_fraction"):  # lag-corrected (asynchronous) updates
+                if key in stats:
+                    scalars[f"Policy/{key}"] = stats[key]
             if reward is not None:
                 scalars.update({"Train/mean_reward": reward, "Train/mean_episode_length": length})
             scalars.update(episode_terms)

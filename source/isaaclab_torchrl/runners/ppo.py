@@ -5,6 +5,7 @@ collected batch and updates its networks (``benchmarks/learner.py`` and the unit
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 
 import torch
@@ -20,9 +21,17 @@ from .distributed import DistributedContext, average, average_gradients, broadca
 from .gae import CollectedBatchGAE
 from .safety import NonFiniteError
 
+MAX_IMPORTANCE_WEIGHT = 1.0
+"""Truncation of the importance weight between the proximal and the acting policy (lag-corrected PPO)."""
+
 
 class PPO:
     """Recurrent PPO on whole trajectory slices.
+
+    With asynchronous collection the workers act with a policy up to a few updates old. The update then corrects
+    for the lag (decoupled PPO): the policy at the start of the update (the proximal policy, the same weights) is the
+    reference of the ratio, the clip and the KL, and each sample is weighted by the truncated importance ratio
+    between the proximal policy and the one that acted.
 
     Args:
         cfg: The runner configuration (its ``policy`` and ``algorithm`` and the speed options are read).
@@ -83,6 +92,7 @@ class PPO:
             )
         self.communication_time = 0.0
         """Seconds spent in all-reduces since the last :meth:`update` began."""
+        self.lag_corrected = not cfg.collector.sync
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One PPO update on a collected batch: GAE, then epochs of minibatches of whole trajectory slices.
@@ -99,11 +109,20 @@ class PPO:
         batch = self.gae(batch)
         if check:
             self._check_finite(batch, ["advantage", "value_target"], "advantages")
-        # after the checks, so that a bad batch leaves the networks (statistics included) as they were
-        self._update_normalizers(batch)
         if algo.normalize_advantage:
             advantage = batch["advantage"]
             batch["advantage"] = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        lag_stats = {}
+        if self.lag_corrected:
+            proximal, weight = self.proximal_log_probs_and_weights(batch)
+            truncated = proximal - batch["action_log_prob"] > math.log(MAX_IMPORTANCE_WEIGHT)
+            lag_stats = {
+                "importance_weight": float(weight.mean()),
+                "truncated_fraction": float(truncated.float().mean()),
+            }
+            batch["action_log_prob"] = proximal
+            batch["advantage"] = batch["advantage"] * weight.unsqueeze(-1)
+        normalizer_samples = self._normalizer_samples(batch)
         # only what the loss reads: indexing a minibatch then copies a few tensors instead of the whole batch
         batch = batch.select(*self.loss_keys)
 
@@ -124,7 +143,19 @@ class PPO:
                 self.optimizer.step()
                 sums = stats if sums is None else sums + stats
                 num_steps += 1
-        return {key: float(value) / num_steps for key, value in sums.items()}
+        # after the epochs, like rsl_rl: the batch was collected, and the proximal log-probabilities computed, with
+        # the statistics from before it; a batch that stopped the update leaves them as they were
+        self._update_normalizers(normalizer_samples)
+        return {**{key: float(value) / num_steps for key, value in sums.items()}, **lag_stats}
+
+    @torch.no_grad()
+    def proximal_log_probs_and_weights(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """The log-probabilities of the batch's actions under the current policy, and the importance weights
+        ``min(exp(proximal - acting), MAX_IMPORTANCE_WEIGHT)`` of each step (``[slice, time]`` each)."""
+        with set_recurrent_mode(True):
+            proximal = self.actor.get_dist(batch.clone(False)).log_prob(batch["action"])
+        weight = torch.exp(proximal - batch["action_log_prob"]).clamp(max=MAX_IMPORTANCE_WEIGHT)
+        return proximal, weight
 
     def _minibatches(self, batch: TensorDictBase):
         """A random split of the slices into ``num_mini_batches`` minibatches of equal size (a CUDA graph replays
@@ -174,13 +205,16 @@ class PPO:
                 parameters_unchanged=done_steps == 0,
             )
 
-    def _update_normalizers(self, batch: TensorDictBase) -> None:
+    def _normalizer_samples(self, batch: TensorDictBase) -> list[torch.Tensor]:
+        """The inputs of each observation normalizer in ``batch`` (its groups, concatenated)."""
+        return [torch.cat([batch[key] for key in keys], dim=-1) for _, keys in self.normalizers]
+
+    def _update_normalizers(self, inputs: list[torch.Tensor]) -> None:
         """Merges the batch's observations into the running statistics of the networks' inputs.
 
         The workers receive the new statistics with the next weight sync (they are buffers of the policy).
         """
-        for normalizer, keys in self.normalizers:
-            samples = torch.cat([batch[key] for key in keys], dim=-1)
+        for (normalizer, _), samples in zip(self.normalizers, inputs, strict=True):
             if self.distributed is None:
                 normalizer.update(samples)
             else:  # the statistics of all ranks' batches, so that the replicas' normalizers stay equal
