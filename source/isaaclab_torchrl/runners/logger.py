@@ -16,11 +16,14 @@ LOSS_TAGS = {"surrogate": "Loss/surrogate", "value": "Loss/value", "entropy": "L
 
 
 def finished_episodes(td: TensorDictBase) -> tuple[list[float], list[int]]:
-    """The returns and lengths of the episodes that end in the steps of ``td`` (a collected batch or one step).
+    """The returns and lengths of the episodes that end in the steps of ``td`` (a collected batch ``[..., time]`` or
+    one step), in the order they ended.
 
     With ``compact_obs`` only the root running sums are kept: a finished episode's totals are the root value plus
     its last step.
     """
+    if td.ndim > 1:  # time first, so that the episodes come in the order they ended (rsl_rl's buffer order)
+        td = td.reshape(-1, td.shape[-1]).transpose(0, 1)
     done = td["next", "done"].squeeze(-1)
     returns = (td["episode_reward"] + td["next", "reward"]).squeeze(-1)[done]
     lengths = td["step_count"].squeeze(-1)[done] + 1

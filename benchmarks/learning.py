@@ -1,0 +1,167 @@
+"""Learning curves of rsl_rl and this project's runner on one task, several seeds each (a benchmark, not a test).
+
+    python benchmarks/learning.py --task Isaac-Cartpole-Direct --num_envs 64 --device cpu --iterations 100 \\
+        --runs rsl_rl,torchrl_mlp_sync,torchrl_mlp_async --seeds 1,2,3,4,5 --out benchmarks/results/cartpole_cpu
+
+Every run trains with its library's defaults for the task (the same env count, steps per env and iterations, so the
+same env-step budget) in its own process and folder; the runs alternate seed by seed (A B C, A B C, ...), so slow
+drifts of the machine hit all trainers alike. The run names are ``benchmarks/throughput.py``'s (``rsl_rl``,
+``rsl_rl_recurrent``, ``torchrl_{mlp,lstm}_{sync,async}``, ...). From each run's TensorBoard events it keeps the
+mean episode return and length per iteration, against env steps and against wall time since the first iteration,
+and writes ``<out>.json`` (every curve and a summary per trainer) and ``<out>.png`` (mean and min-max band per
+trainer). The summary gives, over seeds, the final return (mean, standard deviation, min, max), the area under the
+curve (the mean return over the whole budget) and the env steps to reach 90% of the final return.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+
+from throughput import TRAINING_RUNS, run_environment, training_command
+
+CURVES = {"return": "Train/mean_reward", "length": "Train/mean_episode_length"}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="Isaac-Cartpole-Direct")
+    parser.add_argument("--num_envs", type=int, default=64)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--iterations", type=int, default=100, help="Training iterations per run.")
+    parser.add_argument("--runs", default="rsl_rl,torchrl_mlp_sync", help=f"Of: {', '.join(TRAINING_RUNS)}.")
+    parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--timeout", type=float, default=1800, help="Seconds one run may take.")
+    parser.add_argument("--out", default="learning", help="Path of the results without extension.")
+    args = parser.parse_args()
+    args.num_steps_per_env = args.num_learning_epochs = args.num_mini_batches = None  # each library's config
+    unknown = sorted(set(args.runs.split(",")) - set(TRAINING_RUNS))
+    if unknown:
+        parser.error(f"unknown runs {unknown}")
+    return args
+
+
+def read_curves(run_dir: str) -> dict:
+    """Env steps, seconds since the first iteration, mean return and episode length per logged iteration."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    accumulator.Reload()
+    fps, learning = accumulator.Scalars("Perf/total_fps"), accumulator.Scalars("Perf/learning_time")
+    tags = accumulator.Tags()["scalars"]
+    collection = accumulator.Scalars(next(t for t in ("Perf/collection_time", "Perf/collection time") if t in tags))
+    # steps per iteration from the first iteration's rate and times (both libraries log these three)
+    steps_per_iteration = round(fps[0].value * (collection[0].value + learning[0].value))
+    start = accumulator.Scalars(CURVES["return"])[0].wall_time
+    events = {name: accumulator.Scalars(tag) for name, tag in CURVES.items()}
+    return {
+        "env_steps": [event.step * steps_per_iteration for event in events["return"]],
+        "wall_s": [event.wall_time - start for event in events["return"]],
+        **{name: [event.value for event in series] for name, series in events.items()},
+    }
+
+
+def run_once(name: str, seed: int, args: argparse.Namespace, out_dir: str) -> dict:
+    workdir = tempfile.mkdtemp(prefix=f"{name}_seed{seed}_", dir=out_dir)
+    cmd = [*training_command(name, args), "--seed", str(seed)]
+    with open(os.path.join(workdir, "output.log"), "w") as log:
+        process = subprocess.run(
+            cmd, cwd=workdir, env=run_environment(), stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout
+        )
+    result = {"run": name, "seed": seed, "returncode": process.returncode, "workdir": workdir}
+    events = [root for root, _, files in os.walk(workdir) if any("tfevents" in f for f in files)]
+    if process.returncode == 0 and events:
+        result.update(read_curves(events[0]))
+    return result
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per trainer over its seeds: final return, area under the curve, env steps to 90% of the final return."""
+    summary = {}
+    for name in dict.fromkeys(run["run"] for run in runs):
+        curves = [run for run in runs if run["run"] == name and "return" in run]
+        if not curves:
+            continue
+        finals = [curve["return"][-1] for curve in curves]
+        areas = [statistics.fmean(curve["return"]) for curve in curves]
+        to_90 = []
+        for curve in curves:
+            # the first iteration from which the return stays above 90% of the way from its start to its end
+            low, high = curve["return"][0], curve["return"][-1]
+            if high > low:  # a run that did not improve never gets there
+                threshold = low + 0.9 * (high - low)
+                returns = curve["return"]
+                index = next(i for i in range(len(returns)) if all(r >= threshold for r in returns[i:]))
+                to_90.append(curve["env_steps"][index])
+        summary[name] = {
+            "seeds": len(curves),
+            "final_mean": statistics.fmean(finals),
+            "final_std": statistics.stdev(finals) if len(finals) > 1 else 0.0,
+            "final_min": min(finals),
+            "final_max": max(finals),
+            "auc_mean": statistics.fmean(areas),
+            "auc_std": statistics.stdev(areas) if len(areas) > 1 else 0.0,
+            "steps_to_90pct_mean": statistics.fmean(to_90) if to_90 else None,
+        }
+    return summary
+
+
+def plot(runs: list[dict], args: argparse.Namespace, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in dict.fromkeys(run["run"] for run in runs):
+        curves = [run for run in runs if run["run"] == name and "return" in run]
+        if not curves:
+            continue
+        length = min(len(curve["return"]) for curve in curves)
+        values = [[curve["return"][i] for curve in curves] for i in range(length)]
+        mean = [statistics.fmean(column) for column in values]
+        for axis, x_key in zip(axes, ("env_steps", "wall_s"), strict=True):
+            x = [statistics.fmean(curve[x_key][i] for curve in curves) for i in range(length)]
+            (line,) = axis.plot(x, mean, label=f"{name} ({len(curves)} seeds)")
+            axis.fill_between(x, [min(c) for c in values], [max(c) for c in values], alpha=0.2, color=line.get_color())
+    axes[0].set_xlabel("environment steps")
+    axes[1].set_xlabel("seconds since the first iteration")
+    for axis in axes:
+        axis.set_ylabel("mean episode return")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.suptitle(f"{args.task}, {args.num_envs} envs, {args.device}, {args.iterations} iterations")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def main() -> None:
+    args = parse_args()
+    out_dir = tempfile.mkdtemp(prefix="learning_")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    runs = []
+    for seed in (int(seed) for seed in args.seeds.split(",")):
+        for name in args.runs.split(","):
+            result = run_once(name, seed, args, out_dir)
+            runs.append(result)
+            final = f"final return {result['return'][-1]:.2f}" if "return" in result else "FAILED"
+            print(f"{name} seed {seed}: {final} (exit {result['returncode']}, {result['workdir']})", flush=True)
+            report = {"args": vars(args), "summary": summarize(runs), "runs": runs}
+            with open(f"{args.out}.json", "w") as file:
+                json.dump(report, file, indent=1)
+    plot(runs, args, f"{args.out}.png")
+    for name, row in summarize(runs).items():
+        print(
+            f"{name}: final {row['final_mean']:.2f} ± {row['final_std']:.2f} (min {row['final_min']:.2f}, "
+            f"max {row['final_max']:.2f}), area {row['auc_mean']:.2f} ± {row['auc_std']:.2f}, "
+            f"90% at {row['steps_to_90pct_mean'] or float('nan'):,.0f} env steps ({row['seeds']} seeds)",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
