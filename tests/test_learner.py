@@ -1,7 +1,7 @@
 """The PPO learner alone, built without any environment: one update on a small synthetic batch in the collectors'
 ``compact_obs`` layout equals a plain PyTorch PPO (step-by-step networks, GAE bootstrapped with the final
-observations, normalised advantages, clipped surrogate and value losses, entropy bonus, joint gradient clipping,
-one Adam step) on the same data and initial weights."""
+observations, normalised advantages, clipped surrogate and value losses, entropy bonus, the analytic KL of the
+adaptive learning rate, joint gradient clipping, one Adam step) on the same data and initial weights."""
 
 import copy
 
@@ -70,6 +70,8 @@ def _batch(rnn_type) -> TensorDict:
             "action": torch.randn(N, T, ACT, generator=generator),
             # a behaviour policy a little off the learner's, so that some ratios are clipped
             "action_log_prob": -2.0 + 0.5 * torch.randn(N, T, generator=generator),
+            "loc": 0.3 * torch.randn(N, T, ACT, generator=generator),
+            "scale": 0.6 + 0.4 * torch.rand(N, T, ACT, generator=generator),
             "next": {
                 "reward": torch.randn(N, T, 1, generator=generator),
                 "done": done,
@@ -159,6 +161,9 @@ def _reference_update(learner: PPO, batch: TensorDict) -> tuple[list[torch.Tenso
     clipped = values + (value - values).clamp(-CLIP, CLIP)
     value_loss = VALUE_COEF * torch.max((value - target) ** 2, (clipped - target) ** 2).mean()
     entropy = distribution.entropy().sum(-1).mean()
+    # the adaptive schedule's KL: analytic, from the acting policy's loc and scale to the current policy's
+    acting = torch.distributions.Normal(batch["loc"], batch["scale"])
+    kl = torch.distributions.kl_divergence(acting, distribution).sum(-1).mean()
     loss = surrogate + value_loss - ENTROPY_COEF * entropy
 
     parameters = [*actor.weights(), std_param, *critic.weights()]
@@ -168,6 +173,7 @@ def _reference_update(learner: PPO, batch: TensorDict) -> tuple[list[torch.Tenso
     optimizer.step()
     stats = {key: float(value.detach()) for key, value in [("surrogate", surrogate), ("value", value_loss)]}
     stats["entropy"] = float(entropy.detach())
+    stats["kl"] = float(kl.detach())
     return parameters, stats
 
 

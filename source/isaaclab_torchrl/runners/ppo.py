@@ -25,6 +25,23 @@ MAX_IMPORTANCE_WEIGHT = 1.0
 """Truncation of the importance weight between the proximal and the acting policy (lag-corrected PPO)."""
 
 
+class ClipPPOLossWithKL(ClipPPOLoss):
+    """torchrl's clipped PPO loss whose ``kl_approx`` output is rsl_rl's KL of the adaptive learning rate: the
+    analytic Gaussian KL(reference || current), summed over the action dimensions and averaged over the samples.
+
+    The reference policy's ``loc`` and ``scale`` are read from the data (the acting policy's, or lag-corrected, the
+    proximal one's); the current distribution is the one the loss builds anyway, so the KL costs no extra forward
+    pass. torchrl reads ``kl_approx`` for logging only.
+    """
+
+    def _log_weight(self, tensordict: TensorDictBase, adv_shape: torch.Size):
+        # read before the actor runs: it writes the current loc and scale into the same tensordict
+        reference = torch.distributions.Normal(tensordict.get("loc"), tensordict.get("scale"))
+        log_weight, dist, _, log_is_weight = super()._log_weight(tensordict, adv_shape)
+        kl = torch.distributions.kl_divergence(reference, dist.base_dist).sum(-1, keepdim=True)
+        return log_weight, dist, kl, log_is_weight
+
+
 class PPO:
     """Recurrent PPO on whole trajectory slices.
 
@@ -63,7 +80,7 @@ class PPO:
         self.normalizers = [(n, interface.actor_obs_keys) for n in observation_normalizers(self.actor)]
         self.normalizers += [(n, interface.critic_obs_keys) for n in observation_normalizers(self.critic)]
         self.gae = CollectedBatchGAE(self.critic, algo.gamma, algo.lam, interface.critic_obs_keys)
-        self.loss = ClipPPOLoss(
+        self.loss = ClipPPOLossWithKL(
             self.actor,
             self.critic,
             clip_epsilon=algo.clip_param,
@@ -77,6 +94,8 @@ class PPO:
             device="cpu" if cfg.cudagraphs else None,
         )
         self.loss_keys = [key for key in self.loss.in_keys if not (isinstance(key, tuple) and key[0] == "next")]
+        # "loc" and "scale": the reference policy of the KL that drives the adaptive learning rate
+        self.loss_keys += [key for key in ("loc", "scale") if key not in self.loss_keys]
         self.loss_keys += ["advantage", "value_target", "state_value"]
         # the learning rate is a tensor on the learner's device, adapted there, so that no minibatch waits for the
         # device to report its KL (Adam reads a tensor learning rate on CUDA with capturable=True)
@@ -114,13 +133,15 @@ class PPO:
             batch["advantage"] = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
         lag_stats = {}
         if self.lag_corrected:
-            proximal, weight = self.proximal_log_probs_and_weights(batch)
-            truncated = proximal - batch["action_log_prob"] > math.log(MAX_IMPORTANCE_WEIGHT)
+            proximal = self._proximal_distribution(batch)
+            proximal_log_prob, weight = self._importance_weights(proximal, batch)
+            truncated = proximal_log_prob - batch["action_log_prob"] > math.log(MAX_IMPORTANCE_WEIGHT)
             lag_stats = {
                 "importance_weight": float(weight.mean()),
                 "truncated_fraction": float(truncated.float().mean()),
             }
-            batch["action_log_prob"] = proximal
+            # the proximal policy is the reference of the ratio, the clip and the KL
+            batch.update({"action_log_prob": proximal_log_prob, "loc": proximal.mean, "scale": proximal.stddev})
             batch["advantage"] = batch["advantage"] * weight.unsqueeze(-1)
         normalizer_samples = self._normalizer_samples(batch)
         # only what the loss reads: indexing a minibatch then copies a few tensors instead of the whole batch
@@ -148,14 +169,21 @@ class PPO:
         self._update_normalizers(normalizer_samples)
         return {**{key: float(value) / num_steps for key, value in sums.items()}, **lag_stats}
 
-    @torch.no_grad()
     def proximal_log_probs_and_weights(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """The log-probabilities of the batch's actions under the current policy, and the importance weights
         ``min(exp(proximal - acting), MAX_IMPORTANCE_WEIGHT)`` of each step (``[slice, time]`` each)."""
+        return self._importance_weights(self._proximal_distribution(batch), batch)
+
+    @torch.no_grad()
+    def _proximal_distribution(self, batch: TensorDictBase) -> torch.distributions.Distribution:
+        """The current policy's action distribution at every step of ``batch`` (``[slice, time]``)."""
         with set_recurrent_mode(True):
-            proximal = self.actor.get_dist(batch.clone(False)).log_prob(batch["action"])
-        weight = torch.exp(proximal - batch["action_log_prob"]).clamp(max=MAX_IMPORTANCE_WEIGHT)
-        return proximal, weight
+            return self.actor.get_dist(batch.clone(False))
+
+    @staticmethod
+    def _importance_weights(proximal, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        log_prob = proximal.log_prob(batch["action"])
+        return log_prob, torch.exp(log_prob - batch["action_log_prob"]).clamp(max=MAX_IMPORTANCE_WEIGHT)
 
     def _minibatches(self, batch: TensorDictBase):
         """A random split of the slices into ``num_mini_batches`` minibatches of equal size (a CUDA graph replays
@@ -176,14 +204,12 @@ class PPO:
         loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        # k3 estimator of KL(behaviour || current) from the loss's ratio statistics: non-negative per sample
-        kl = (losses["mean_ratio"] - 1.0 + losses["kl_approx"]).detach()
         return TensorDict(
             {
                 "surrogate": losses["loss_objective"].detach(),
                 "value": losses["loss_critic"].detach(),
                 "entropy": losses["entropy"].detach(),
-                "kl": kl,
+                "kl": losses["kl_approx"].detach(),  # rsl_rl's analytic KL (see ClipPPOLossWithKL)
             }
         )
 
