@@ -136,10 +136,8 @@ class PPO:
             proximal = self._proximal_distribution(batch)
             proximal_log_prob, weight = self._importance_weights(proximal, batch)
             truncated = proximal_log_prob - batch["action_log_prob"] > math.log(MAX_IMPORTANCE_WEIGHT)
-            lag_stats = {
-                "importance_weight": float(weight.mean()),
-                "truncated_fraction": float(truncated.float().mean()),
-            }
+            # kept on the device and read with the update's other statistics, so the epochs start without a wait
+            lag_stats = {"importance_weight": weight.mean(), "truncated_fraction": truncated.float().mean()}
             # the proximal policy is the reference of the ratio, the clip and the KL
             batch.update({"action_log_prob": proximal_log_prob, "loc": proximal.mean, "scale": proximal.stddev})
             batch["advantage"] = batch["advantage"] * weight.unsqueeze(-1)
@@ -167,7 +165,8 @@ class PPO:
         # after the epochs, like rsl_rl: the batch was collected, and the proximal log-probabilities computed, with
         # the statistics from before it; a batch that stopped the update leaves them as they were
         self._update_normalizers(normalizer_samples)
-        return {**{key: float(value) / num_steps for key, value in sums.items()}, **lag_stats}
+        stats = {key: float(value) / num_steps for key, value in sums.items()}
+        return {**stats, **{key: float(value) for key, value in lag_stats.items()}}
 
     def proximal_log_probs_and_weights(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """The log-probabilities of the batch's actions under the current policy, and the importance weights
