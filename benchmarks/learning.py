@@ -16,6 +16,7 @@ curve (the mean return over the whole budget) and the env steps to reach 90% of 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import statistics
@@ -37,6 +38,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--timeout", type=float, default=1800, help="Seconds one run may take.")
     parser.add_argument("--out", default="learning", help="Path of the results without extension.")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="Runs at a time (a GPU with idle capacity; the curves against env steps stay comparable, the wall-time "
+        "panel then shows shared hardware).",
+    )
     args = parser.parse_args()
     args.num_steps_per_env = args.num_learning_epochs = args.num_mini_batches = None  # each library's config
     unknown = sorted(set(args.runs.split(",")) - set(TRAINING_RUNS))
@@ -66,15 +74,19 @@ def read_curves(run_dir: str) -> dict:
 
 
 def run_once(name: str, seed: int, args: argparse.Namespace, out_dir: str) -> dict:
+    """One training run; a run past ``--timeout`` is stopped and keeps the iterations it logged."""
     workdir = tempfile.mkdtemp(prefix=f"{name}_seed{seed}_", dir=out_dir)
     cmd = [*training_command(name, args), "--seed", str(seed)]
     with open(os.path.join(workdir, "output.log"), "w") as log:
-        process = subprocess.run(
-            cmd, cwd=workdir, env=run_environment(), stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout
-        )
-    result = {"run": name, "seed": seed, "returncode": process.returncode, "workdir": workdir}
+        try:
+            returncode = subprocess.run(
+                cmd, cwd=workdir, env=run_environment(), stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout
+            ).returncode
+        except subprocess.TimeoutExpired:
+            returncode = "timeout"
+    result = {"run": name, "seed": seed, "returncode": returncode, "workdir": workdir}
     events = [root for root, _, files in os.walk(workdir) if any("tfevents" in f for f in files)]
-    if process.returncode == 0 and events:
+    if returncode in (0, "timeout") and events:
         result.update(read_curves(events[0]))
     return result
 
@@ -83,7 +95,7 @@ def summarize(runs: list[dict]) -> dict:
     """Per trainer over its seeds: final return, area under the curve, env steps to 90% of the final return."""
     summary = {}
     for name in dict.fromkeys(run["run"] for run in runs):
-        curves = [run for run in runs if run["run"] == name and "return" in run]
+        curves = [run for run in runs if run["run"] == name and "return" in run and run["returncode"] == 0]
         if not curves:
             continue
         finals = [curve["return"][-1] for curve in curves]
@@ -144,9 +156,11 @@ def main() -> None:
     out_dir = tempfile.mkdtemp(prefix="learning_")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     runs = []
-    for seed in (int(seed) for seed in args.seeds.split(",")):
-        for name in args.runs.split(","):
-            result = run_once(name, seed, args, out_dir)
+    jobs = [(name, int(seed)) for seed in args.seeds.split(",") for name in args.runs.split(",")]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        futures = [pool.submit(run_once, name, seed, args, out_dir) for name, seed in jobs]
+        for (name, seed), future in zip(jobs, futures, strict=True):
+            result = future.result()
             runs.append(result)
             final = f"final return {result['return'][-1]:.2f}" if "return" in result else "FAILED"
             print(f"{name} seed {seed}: {final} (exit {result['returncode']}, {result['workdir']})", flush=True)

@@ -1,7 +1,8 @@
 """The PPO learner alone, built without any environment: one update on a small synthetic batch in the collectors'
 ``compact_obs`` layout equals a plain PyTorch PPO (step-by-step networks, GAE bootstrapped with the final
 observations, normalised advantages, clipped surrogate and value losses, entropy bonus, the analytic KL of the
-adaptive learning rate, joint gradient clipping, one Adam step) on the same data and initial weights."""
+adaptive learning rate, the actor's and the critic's gradients clipped separately, one Adam step) on the same data
+and initial weights."""
 
 import copy
 
@@ -169,7 +170,8 @@ def _reference_update(learner: PPO, batch: TensorDict) -> tuple[list[torch.Tenso
     parameters = [*actor.weights(), std_param, *critic.weights()]
     optimizer = torch.optim.Adam(parameters, lr=LR)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(parameters, MAX_GRAD_NORM)
+    torch.nn.utils.clip_grad_norm_([*actor.weights(), std_param], MAX_GRAD_NORM)
+    torch.nn.utils.clip_grad_norm_(critic.weights(), MAX_GRAD_NORM)
     optimizer.step()
     stats = {key: float(value.detach()) for key, value in [("surrogate", surrogate), ("value", value_loss)]}
     stats["entropy"] = float(entropy.detach())
@@ -206,3 +208,26 @@ def test_one_update_equals_a_plain_pytorch_ppo_step(rnn_type):
         torch.testing.assert_close(after.detach(), expected.detach(), atol=1e-5, rtol=1e-5)
     for key, value in expected_stats.items():
         assert stats[key] == pytest.approx(value, abs=1e-5, rel=1e-5), key
+
+
+@pytest.mark.parametrize("rnn_type", [None, "lstm"])
+def test_minibatches_are_steps_for_an_mlp_and_slices_for_a_recurrent_policy(rnn_type):
+    """rsl_rl's two generators: an MLP's minibatches mix single steps of all slices; a recurrent policy's keep
+    whole slices (its state runs along them); every epoch covers the batch once."""
+    cfg = _cfg(rnn_type)
+    cfg.algorithm.num_mini_batches = 2
+    learner = PPO(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, ACT), "cpu")
+    batch = TensorDict({"index": torch.arange(N * T).view(N, T)}, batch_size=(N, T))
+    torch.manual_seed(0)
+    minibatches = list(learner._minibatches(batch))
+    assert len(minibatches) == 2
+    seen = torch.cat([minibatch["index"].reshape(-1) for minibatch in minibatches])
+    assert sorted(seen.tolist()) == list(range(N * T))
+    if rnn_type is None:
+        assert all(minibatch.batch_size == (N * T // 2,) for minibatch in minibatches)
+        slices_per_minibatch = [len(set((minibatch["index"] // T).tolist())) for minibatch in minibatches]
+        assert max(slices_per_minibatch) > N // 2, "steps of more slices than a split of whole slices would hold"
+    else:
+        assert all(minibatch.batch_size == (N // 2, T) for minibatch in minibatches)
+        for minibatch in minibatches:
+            assert torch.equal(minibatch["index"] % T, torch.arange(T).expand(N // 2, T)), "whole slices, in order"

@@ -101,7 +101,10 @@ class PPO:
         # device to report its KL (Adam reads a tensor learning rate on CUDA with capturable=True)
         self.lr = torch.tensor(float(algo.learning_rate), device=self.device)
         on_cuda = self.device.type == "cuda"
-        self.parameters = list(self.loss.parameters())  # what the optimizer, the all-reduce and the clipping act on
+        self.parameters = list(self.loss.parameters())  # what the optimizer and the all-reduce act on
+        # clipped separately, like rsl_rl: a large value-loss gradient does not shrink the policy's step
+        self.clipped_groups = [list(self.actor.parameters()), list(self.critic.parameters())]
+        self.recurrent = cfg.policy.rnn_type is not None
         self.optimizer = torch.optim.Adam(self.parameters, lr=self.lr, capturable=on_cuda, fused=on_cuda)
         self._loss_and_gradients = torch.compile(self.loss_and_gradients) if cfg.compile else self.loss_and_gradients
         if cfg.cudagraphs:
@@ -185,9 +188,12 @@ class PPO:
         return log_prob, torch.exp(log_prob - batch["action_log_prob"]).clamp(max=MAX_IMPORTANCE_WEIGHT)
 
     def _minibatches(self, batch: TensorDictBase):
-        """A random split of the slices into ``num_mini_batches`` minibatches of equal size (a CUDA graph replays
-        one shape); like rsl_rl, the remainder of the division sits that epoch out."""
+        """A random split into ``num_mini_batches`` minibatches of equal size (a CUDA graph replays one shape): of
+        whole trajectory slices for a recurrent policy, of single steps for an MLP (rsl_rl's two generators); like
+        rsl_rl, the remainder of the division sits that epoch out."""
         count = self.cfg.algorithm.num_mini_batches
+        if not self.recurrent:
+            batch = batch.reshape(-1)
         per_minibatch = batch.shape[0] // count
         permutation = torch.randperm(batch.shape[0], device=batch.device)[: count * per_minibatch]
         for indices in permutation.view(count, per_minibatch):
@@ -213,11 +219,14 @@ class PPO:
         )
 
     def _average_and_clip_gradients(self) -> torch.Tensor:
-        """Averages the gradients over the ranks (with several) and clips their joint norm; returns the norm."""
+        """Averages the gradients over the ranks (with several), clips the actor's and the critic's gradient norms
+        each to ``max_grad_norm`` (rsl_rl's rule); returns the norm of all gradients before the clipping."""
         if self.distributed is not None:
             with self._communication():
                 average_gradients(self.parameters)
-        return torch.nn.utils.clip_grad_norm_(self.parameters, self.cfg.algorithm.max_grad_norm)
+        max_norm = self.cfg.algorithm.max_grad_norm
+        norms = [torch.nn.utils.clip_grad_norm_(group, max_norm) for group in self.clipped_groups]
+        return torch.linalg.vector_norm(torch.stack(norms))
 
     def _check_step(self, stats: TensorDictBase, epoch: int, done_steps: int) -> None:
         """Stops before the optimizer step when a loss or the gradient is not finite (one host sync)."""
