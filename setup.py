@@ -27,6 +27,13 @@ setup(
         "tensorboard",
         "moviepy<2",  # Isaac Lab's video recorder (play.py --video)
     ],
-    extras_require={"test": ["pytest", "onnx", "onnxruntime"]},
+    extras_require={
+        "wandb": ["wandb"],
+        "neptune": ["neptune"],
+        "mlflow": ["mlflow"],
+        # the trackers' tests: W&B offline and MLflow's client with a local SQLite store (mlflow-skinny is the same
+        # client as mlflow, without the UI's server dependencies)
+        "test": ["pytest", "onnx", "onnxruntime", "wandb", "mlflow-skinny", "sqlalchemy", "alembic"],
+    },
     zip_safe=False,
 )

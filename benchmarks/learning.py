@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -34,10 +35,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--num_envs", type=int, default=64)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--iterations", type=int, default=100, help="Training iterations per run.")
-    parser.add_argument("--runs", default="rsl_rl,torchrl_mlp_sync", help=f"Of: {', '.join(TRAINING_RUNS)}.")
+    parser.add_argument(
+        "--runs",
+        default=None,
+        help=f"Of: {', '.join(TRAINING_RUNS)} (default: rsl_rl,torchrl_mlp_sync; with --merge, all in the files).",
+    )
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--timeout", type=float, default=1800, help="Seconds one run may take.")
     parser.add_argument("--out", default="learning", help="Path of the results without extension.")
+    parser.add_argument(
+        "--merge",
+        default=None,
+        help="Comma-separated JSON files of earlier runs (of one task and setting) to summarise and plot together "
+        "into --out instead of training; their task, env count, device and iterations are taken from the first.",
+    )
     parser.add_argument(
         "--parallel",
         type=int,
@@ -47,7 +58,9 @@ def parse_args() -> argparse.Namespace:
     )
     args = parser.parse_args()
     args.num_steps_per_env = args.num_learning_epochs = args.num_mini_batches = None  # each library's config
-    unknown = sorted(set(args.runs.split(",")) - set(TRAINING_RUNS))
+    if args.runs is None and not args.merge:
+        args.runs = "rsl_rl,torchrl_mlp_sync"
+    unknown = sorted(set((args.runs or "").split(",")) - set(TRAINING_RUNS) - {""})
     if unknown:
         parser.error(f"unknown runs {unknown}")
     return args
@@ -67,7 +80,9 @@ def read_curves(run_dir: str) -> dict:
     start = accumulator.Scalars(CURVES["return"])[0].wall_time
     events = {name: accumulator.Scalars(tag) for name, tag in CURVES.items()}
     return {
-        "env_steps": [event.step * steps_per_iteration for event in events["return"]],
+        # the n-th logged iteration has consumed n + 1 batches (rsl_rl logs iteration n at step n, this runner at
+        # step n + 1: the event's step is not the x-axis)
+        "env_steps": [(index + 1) * steps_per_iteration for index in range(len(events["return"]))],
         "wall_s": [event.wall_time - start for event in events["return"]],
         **{name: [event.value for event in series] for name, series in events.items()},
     }
@@ -122,7 +137,7 @@ def summarize(runs: list[dict]) -> dict:
     return summary
 
 
-def plot(runs: list[dict], args: argparse.Namespace, path: str) -> None:
+def plot(runs: list[dict], args: dict, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,15 +161,35 @@ def plot(runs: list[dict], args: argparse.Namespace, path: str) -> None:
         axis.set_ylabel("mean episode return")
         axis.grid(alpha=0.3)
         axis.legend()
-    figure.suptitle(f"{args.task}, {args.num_envs} envs, {args.device}, {args.iterations} iterations")
+    figure.suptitle(f"{args['task']}, {args['num_envs']} envs, {args['device']}, {args['iterations']} iterations")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
 
 
-def main() -> None:
-    args = parse_args()
+def noninferiority(summary: dict) -> dict:
+    """Each trainer against the first (the reference), and each asynchronous one against its synchronous twin: the
+    bound ``reference mean - max(0.1, half the pooled standard deviation)`` of the final return and of the area
+    under the curve, and whether the trainer's mean reaches it (the targets of the learning-parity issue)."""
+    reference = next(iter(summary))
+    pairs = [(name, reference) for name in summary if name != reference]
+    pairs += [(name, name.replace("_async", "_sync")) for name in summary if name.replace("_async", "_sync") in summary]
+    verdicts = {}
+    for name, against in pairs:
+        if name == against:
+            continue
+        verdict = {}
+        for metric in ("final", "auc"):
+            ref, row = summary[against], summary[name]
+            pooled = math.sqrt((ref[f"{metric}_std"] ** 2 + row[f"{metric}_std"] ** 2) / 2)
+            bound = ref[f"{metric}_mean"] - max(0.1, pooled / 2)
+            verdict[metric] = {"bound": bound, "mean": row[f"{metric}_mean"], "met": row[f"{metric}_mean"] >= bound}
+        verdicts[f"{name} vs {against}"] = verdict
+    return verdicts
+
+
+def train_all(args: argparse.Namespace) -> list[dict]:
+    """Every (seed, trainer) run, ``--parallel`` at a time; the JSON is rewritten after each run."""
     out_dir = tempfile.mkdtemp(prefix="learning_")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     runs = []
     jobs = [(name, int(seed)) for seed in args.seeds.split(",") for name in args.runs.split(",")]
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
@@ -164,15 +199,47 @@ def main() -> None:
             runs.append(result)
             final = f"final return {result['return'][-1]:.2f}" if "return" in result else "FAILED"
             print(f"{name} seed {seed}: {final} (exit {result['returncode']}, {result['workdir']})", flush=True)
-            report = {"args": vars(args), "summary": summarize(runs), "runs": runs}
-            with open(f"{args.out}.json", "w") as file:
-                json.dump(report, file, indent=1)
-    plot(runs, args, f"{args.out}.png")
-    for name, row in summarize(runs).items():
+            write_report(vars(args), runs, args.out)
+    return runs
+
+
+def write_report(settings: dict, runs: list[dict], out: str) -> dict:
+    summary = summarize(runs)
+    report = {"args": settings, "summary": summary, "runs": runs}
+    if summary:
+        report["noninferiority"] = noninferiority(summary)
+    with open(f"{out}.json", "w") as file:
+        json.dump(report, file, indent=1)
+    return report
+
+
+def main() -> None:
+    args = parse_args()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    if args.merge:
+        reports = [json.load(open(path)) for path in args.merge.split(",")]
+        settings = {**reports[0]["args"], "merge": args.merge, "out": args.out}
+        runs = [run for report in reports for run in report["runs"]]
+        if args.runs:  # only these trainers' runs
+            runs = [run for run in runs if run["run"] in args.runs.split(",")]
+    else:
+        settings, runs = vars(args), train_all(args)
+    report = write_report(settings, runs, args.out)
+    plot(runs, settings, f"{args.out}.png")
+    for name, row in report["summary"].items():
         print(
             f"{name}: final {row['final_mean']:.2f} ± {row['final_std']:.2f} (min {row['final_min']:.2f}, "
             f"max {row['final_max']:.2f}), area {row['auc_mean']:.2f} ± {row['auc_std']:.2f}, "
             f"90% at {row['steps_to_90pct_mean'] or float('nan'):,.0f} env steps ({row['seeds']} seeds)",
+            flush=True,
+        )
+    for pair, verdict in report.get("noninferiority", {}).items():
+        print(
+            f"{pair}: "
+            + ", ".join(
+                f"{metric} {v['mean']:.2f} {'>=' if v['met'] else '<'} bound {v['bound']:.2f}"
+                for metric, v in verdict.items()
+            ),
             flush=True,
         )
 

@@ -9,6 +9,7 @@ Isaac Lab runs only inside the collector subprocesses; this process resolves the
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import tempfile
@@ -18,12 +19,14 @@ import torch
 import yaml
 from isaaclab.utils.io import dump_yaml
 
-import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
+import isaaclab_torchrl  # registers the torchrl agents on Isaac Lab's tasks
 from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
 from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint, resolve_checkpoint
+from isaaclab_torchrl.runners.code_state import store_code_state
 from isaaclab_torchrl.runners.distributed import init_distributed, parameter_checksum
+from isaaclab_torchrl.runners.on_policy_runner import TrackerStartError
 from isaaclab_torchrl.runners.safety import NonFiniteError, WorkerFailure
 
 
@@ -37,6 +40,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train_device", type=str, default=None, help="Learner device (default: --device).")
     parser.add_argument("--experiment_name", type=str, default=None, help="Folder under logs/torchrl.")
     parser.add_argument("--run_name", type=str, default=None, help="Suffix of the run folder.")
+    parser.add_argument(
+        "--logger", type=str, default=None, help="tensorboard (default), wandb, neptune or mlflow (agent.logger)."
+    )
+    parser.add_argument(
+        "--log_project_name", type=str, default=None, help="The W&B or Neptune project, the MLflow experiment."
+    )
     parser.add_argument("--resume", action="store_true", default=False, help="Continue a run from a checkpoint.")
     parser.add_argument("--load_run", type=str, default=".*", help="With --resume: regex of the run folder (newest).")
     parser.add_argument(
@@ -65,6 +74,10 @@ def apply_train_args(args: argparse.Namespace, agent_cfg) -> None:
         agent_cfg.experiment_name = args.experiment_name
     if args.run_name is not None:
         agent_cfg.run_name = args.run_name
+    if args.logger is not None:
+        agent_cfg.logger = args.logger
+    if args.log_project_name is not None:
+        agent_cfg.wandb_project = agent_cfg.neptune_project = agent_cfg.mlflow_experiment = args.log_project_name
 
 
 def resume_checkpoint(args: argparse.Namespace, agent_cfg) -> str:
@@ -154,6 +167,7 @@ def main(argv: list[str]) -> int:
     elif log_dir is not None:
         dump_yaml(os.path.join(log_dir, "params", "env.yaml"), env_cfg)
         dump_yaml(os.path.join(log_dir, "params", "agent.yaml"), agent_cfg)
+        store_code_state(log_dir, [isaaclab_torchrl.__file__, inspect.getfile(type(env_cfg))])
     if log_dir is not None:
         print(f"[torchrl] Logging experiment in directory: {log_dir}")
     try:
@@ -161,6 +175,9 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"[torchrl] Training aborted. Logs and checkpoints so far: {log_dir}", file=sys.stderr)
         return 130
+    except TrackerStartError as exc:
+        print(f"[torchrl] error: {exc}", file=sys.stderr)
+        return 2
     except (WorkerFailure, NonFiniteError) as exc:
         rank = "" if context is None else f"rank {context.rank} stopped: "  # which rank says it, under torchrun
         print(f"[torchrl] error: {rank}{exc}\n[torchrl] Logs and checkpoints: {log_dir}", file=sys.stderr)

@@ -62,6 +62,15 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "agent.obs_groups={actor:[policy]}"],
         "agent.obs_groups must map 'actor' and 'critic' to lists of observation groups",
     ),
+    "unknown tracker": (
+        ["--task", "Isaac-Cartpole-Direct", "--logger", "comet"],
+        "agent.logger (--logger) 'comet' is not one of tensorboard, wandb, neptune, mlflow",
+    ),
+    # the test environment installs the W&B and MLflow clients, never Neptune's
+    "tracker without its client": (
+        ["--task", "Isaac-Cartpole-Direct", "--logger", "neptune"],
+        "--logger neptune needs the neptune client: pip install 'isaaclab-torchrl[neptune]'",
+    ),
     "non-positive learning rate": (
         ["--task", "Isaac-Cartpole-Direct", "agent.algorithm.learning_rate=0"],
         "learning_rate must be > 0",

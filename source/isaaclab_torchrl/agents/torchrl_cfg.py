@@ -16,6 +16,9 @@ RECURRENT_BACKENDS = ("pad", "scan", "triton")
 NOISE_STD_TYPES = ("scalar", "log")
 ACTIVATIONS = ("elu", "relu", "tanh", "selu", "leakyrelu", "gelu", "silu")
 SCHEDULES = ("adaptive", "fixed")
+TRACKERS = ("tensorboard", "wandb", "neptune", "mlflow")
+TRACKER_CLIENTS = {"wandb": "wandb", "neptune": "neptune", "mlflow": "mlflow"}
+"""The Python package each tracker needs (``pip install 'isaaclab-torchrl[<tracker>]'``)."""
 
 
 @configclass
@@ -115,6 +118,16 @@ class TorchRLRunnerCfg:
     experiment_name: str = MISSING
     run_name: str = ""
     logger: str = "tensorboard"
+    """Where the scalars go besides the run folder's TensorBoard events (always written): ``tensorboard`` (nothing
+    else), ``wandb``, ``neptune`` or ``mlflow`` (``--logger``); a tracker also receives the configs, the git state
+    and the checkpoints."""
+    wandb_project: str = "isaaclab"
+    """The W&B project (``--log_project_name``)."""
+    neptune_project: str = "isaaclab"
+    """The Neptune project (``--log_project_name``)."""
+    mlflow_experiment: str | None = None
+    """The MLflow experiment (``--log_project_name``); ``None``: :attr:`experiment_name`. The store is
+    ``MLFLOW_TRACKING_URI``'s."""
     obs_groups: dict[str, list[str]] | None = None
     """Observation groups of the task that the ``"actor"`` and the ``"critic"`` read, concatenated in this order
     (rsl_rl's ``obs_groups``). ``None`` or a missing entry: the actor reads ``policy``; the critic reads

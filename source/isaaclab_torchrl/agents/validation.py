@@ -6,6 +6,10 @@ arguments applied); ``scripts/play.py`` calls :func:`validate_policy_cfg` on the
 
 from __future__ import annotations
 
+import importlib.util
+import netrc
+import os
+
 import torch
 
 from .torchrl_cfg import (
@@ -14,6 +18,8 @@ from .torchrl_cfg import (
     RECURRENT_BACKENDS,
     RNN_TYPES,
     SCHEDULES,
+    TRACKER_CLIENTS,
+    TRACKERS,
     TorchRLPolicyCfg,
     TorchRLRunnerCfg,
 )
@@ -55,6 +61,34 @@ def validate_policy_cfg(policy: TorchRLPolicyCfg) -> None:
         raise ConfigError(f"agent.policy.init_noise_std must be > 0, got {policy.init_noise_std}.")
 
 
+def check_tracker(logger: str) -> None:
+    """Rejects an unknown tracker, a tracker whose client is not installed, or one without credentials."""
+    if logger not in TRACKERS:
+        raise ConfigError(f"agent.logger (--logger) {logger!r} is not one of {', '.join(TRACKERS)}.")
+    if logger == "tensorboard":
+        return
+    client = TRACKER_CLIENTS[logger]
+    if importlib.util.find_spec(client) is None:
+        raise ConfigError(f"--logger {logger} needs the {client} client: pip install 'isaaclab-torchrl[{logger}]'.")
+    if logger == "wandb" and os.environ.get("WANDB_MODE") not in ("offline", "disabled", "dryrun"):
+        if not os.environ.get("WANDB_API_KEY") and not _wandb_login_stored():
+            raise ConfigError(
+                "--logger wandb: not logged in; run `wandb login` or set WANDB_API_KEY (or WANDB_MODE=offline)."
+            )
+    if logger == "neptune" and os.environ.get("NEPTUNE_MODE") not in ("offline", "debug"):
+        if not os.environ.get("NEPTUNE_API_TOKEN"):
+            raise ConfigError("--logger neptune: set NEPTUNE_API_TOKEN (or NEPTUNE_MODE=offline).")
+
+
+def _wandb_login_stored() -> bool:
+    """Whether ``wandb login`` stored a key (in ~/.netrc, its default place)."""
+    try:
+        hosts = netrc.netrc(os.environ.get("NETRC")).hosts
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return any("wandb" in host for host in hosts)
+
+
 def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
     """Rejects training configurations that cannot train, before any simulator starts.
 
@@ -67,6 +101,7 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
     """
     collector, algo, policy = agent_cfg.collector, agent_cfg.algorithm, agent_cfg.policy
     validate_policy_cfg(policy)
+    check_tracker(agent_cfg.logger)
     if agent_cfg.train_device is not None:
         check_device(agent_cfg.train_device, "--train_device")
     if collector.num_collectors < 1:

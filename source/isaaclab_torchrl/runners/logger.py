@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 from torch.utils.tensorboard import SummaryWriter
 
 from ..envs import EPISODE_LOG_KEY
+from .trackers import Tracker
 
 LOSS_TAGS = {"surrogate": "Loss/surrogate", "value": "Loss/value", "entropy": "Loss/entropy"}
 """PPO's losses under rsl_rl's tags; ``kl`` and ``grad_norm`` are ours (``Loss/kl``, ``Loss/grad_norm``)."""
@@ -38,9 +39,13 @@ class Logger:
         start_iteration: The iteration training starts from; a resumed run continues its event stream, and
             events logged after its checkpoint are dropped.
         echo: Print the console line (rank 0 speaks for all).
+        tracker: W&B, Neptune or MLflow, which receives the same scalars at the same steps.
     """
 
-    def __init__(self, log_dir: str | None, start_iteration: int = 0, echo: bool = True):
+    def __init__(
+        self, log_dir: str | None, start_iteration: int = 0, echo: bool = True, tracker: Tracker | None = None
+    ):
+        self.tracker = tracker or Tracker()
         self.writer = None
         if log_dir is not None:
             self.writer = SummaryWriter(log_dir=log_dir, flush_secs=10, purge_step=start_iteration + 1)
@@ -103,6 +108,7 @@ class Logger:
             scalars.update(episode_terms)
             for tag, value in scalars.items():
                 self.writer.add_scalar(tag, value, iteration)
+            self.tracker.log_scalars(scalars, iteration)
             if reward is not None:  # rsl_rl's second axis: seconds of collection and learning
                 self.writer.add_scalar("Train/mean_reward/time", reward, int(self.total_time))
                 self.writer.add_scalar("Train/mean_episode_length/time", length, int(self.total_time))

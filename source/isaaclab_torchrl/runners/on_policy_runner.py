@@ -18,6 +18,11 @@ from .distributed import DistributedContext, average
 from .logger import Logger
 from .ppo import PPO
 from .safety import NonFiniteError, StopSignals
+from .trackers import Tracker, make_tracker
+
+
+class TrackerStartError(RuntimeError):
+    """The tracker of ``agent.logger`` could not start its run (nothing was trained)."""
 
 
 class TorchRLRunner:
@@ -48,6 +53,8 @@ class TorchRLRunner:
         self.learner = PPO(cfg, interface, cfg.train_device or cfg.device, distributed)
         self.iteration = 0
         self._last_saved = None
+        self.tracker = Tracker()
+        """W&B, Neptune or MLflow while :meth:`learn` runs (``agent.logger``); a no-op otherwise."""
 
     def learn(self, num_iterations: int | None = None) -> signal.Signals | None:
         """Collects and trains for ``num_iterations`` iterations (default: ``cfg.max_iterations``).
@@ -65,7 +72,9 @@ class TorchRLRunner:
         """
         start_iteration = self.iteration
         end_iteration = start_iteration + (self.cfg.max_iterations if num_iterations is None else num_iterations)
-        logger = Logger(self.log_dir, start_iteration, echo=self.distributed is None or self.distributed.is_main)
+        self.tracker = self._start_tracker()
+        echo = self.distributed is None or self.distributed.is_main
+        logger = Logger(self.log_dir, start_iteration, echo=echo, tracker=self.tracker)
         start_time = time.perf_counter()
         policy = self.learner.collection_policy
         stopped = False
@@ -100,6 +109,25 @@ class TorchRLRunner:
                 return stop.received
         finally:
             logger.close()
+            self.tracker.close()
+            self.tracker = Tracker()
+
+    def _start_tracker(self) -> Tracker:
+        """Starts (or, in a resumed run folder, continues) the tracked run; a new one receives the configs, the
+        ``params`` and ``git`` files of the run folder."""
+        cfg = self.cfg
+        project = {"wandb": cfg.wandb_project, "neptune": cfg.neptune_project}.get(cfg.logger)
+        try:
+            tracker = make_tracker(cfg.logger, project or cfg.mlflow_experiment or cfg.experiment_name, self.log_dir)
+        except Exception as exc:
+            raise TrackerStartError(f"--logger {cfg.logger} could not start its run: {exc}") from exc
+        if self.log_dir is not None and not tracker.resumed:
+            tracker.log_config(cfg.to_dict(), self.env_factories[0].env_cfg.to_dict())
+            for folder in ("params", "git"):
+                directory = os.path.join(self.log_dir, folder)
+                for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+                    tracker.log_file(os.path.join(directory, name), folder)
+        return tracker
 
     def _update(self, batch) -> dict[str, float]:
         """The learner's update of one batch and the statistics to log; a NaN/Inf stop names the iteration, and
@@ -128,6 +156,7 @@ class TorchRLRunner:
         path = None if self.log_dir is None else os.path.join(self.log_dir, f"model_{self.iteration}.pt")
         if path is not None and path != self._last_saved:
             self.save(path)
+            self.tracker.log_file(path, "checkpoints")
             self._last_saved = path
 
     def state_dict(self) -> dict:

@@ -1,0 +1,149 @@
+"""Experiment trackers beside TensorBoard: Weights & Biases, Neptune and MLflow (``agent.logger``).
+
+TensorBoard events are always written to the run folder (:mod:`.logger`); a tracker receives the same scalars at
+the same steps, the run's configs, the git state and the checkpoints. The clients are used directly (torchrl's
+``record.loggers`` cannot continue an MLflow run or upload files): each tracker is a few calls of its own client.
+The run id is kept in the run folder (``params/tracker.yaml``), so ``--resume`` continues the same tracked run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+RUN_ID_FILE = os.path.join("params", "tracker.yaml")
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, object]:
+    """``{"algorithm": {"gamma": 0.99}}`` -> ``{"algorithm.gamma": 0.99}`` (MLflow's parameters are flat)."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class Tracker:
+    """One tracked run of a training run; the base class tracks nothing (TensorBoard only)."""
+
+    run_id: str | None = None
+    resumed = False
+    """Whether this continues a tracked run of the same run folder (``--resume``)."""
+
+    def log_config(self, agent_cfg: dict, env_cfg: dict) -> None:
+        """The resolved configs (called once, for a new run)."""
+
+    def log_scalars(self, scalars: dict[str, float], step: int) -> None:
+        """One iteration's scalars under their TensorBoard tags."""
+
+    def log_file(self, path: str, folder: str) -> None:
+        """A file of the run folder (a checkpoint, a config, the git state) under ``folder``."""
+
+    def close(self) -> None:
+        """Ends the tracked run (it can be continued with ``--resume``)."""
+
+
+class WandbTracker(Tracker):
+    """Weights & Biases: scalars, the configs as the run's config, files with ``wandb.save`` (rsl_rl's way)."""
+
+    def __init__(self, project: str, name: str, log_dir: str, run_id: str | None):
+        import wandb
+
+        self.wandb, self.log_dir = wandb, log_dir
+        self.run = wandb.init(project=project, name=name, dir=log_dir, id=run_id, resume="allow")
+        self.run_id = self.run.id
+
+    def log_config(self, agent_cfg: dict, env_cfg: dict) -> None:
+        self.run.config.update({"agent_cfg": agent_cfg, "env_cfg": env_cfg}, allow_val_change=True)
+
+    def log_scalars(self, scalars: dict[str, float], step: int) -> None:
+        self.run.log(scalars, step=step)
+
+    def log_file(self, path: str, folder: str) -> None:
+        self.run.save(path, base_path=self.log_dir, policy="now")
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class NeptuneTracker(Tracker):
+    """Neptune: scalars as series, the configs as run fields, files uploaded under their folder."""
+
+    def __init__(self, project: str, name: str, run_id: str | None):
+        import neptune
+
+        self.run = neptune.init_run(project=project, name=name, with_id=run_id)
+        self.run_id = self.run["sys/id"].fetch()
+
+    def log_config(self, agent_cfg: dict, env_cfg: dict) -> None:
+        self.run["agent_cfg"] = flatten(agent_cfg)
+        self.run["env_cfg"] = flatten(env_cfg)
+
+    def log_scalars(self, scalars: dict[str, float], step: int) -> None:
+        for tag, value in scalars.items():
+            self.run[tag].append(value, step=step)
+
+    def log_file(self, path: str, folder: str) -> None:
+        self.run[f"{folder}/{os.path.basename(path)}"].upload(path)
+
+    def close(self) -> None:
+        self.run.stop()
+
+
+class MlflowTracker(Tracker):
+    """MLflow (the store of ``MLFLOW_TRACKING_URI``): metrics, the agent config as parameters, files as artifacts.
+
+    MLflow's metric names may not hold spaces or some symbols; rsl_rl's tags (``Loss/value``) are valid as they are.
+    """
+
+    def __init__(self, experiment: str, name: str, run_id: str | None):
+        import mlflow
+
+        self.mlflow = mlflow
+        if run_id is None:
+            mlflow.set_experiment(experiment)
+        self.run = mlflow.start_run(run_id=run_id, run_name=None if run_id else name)
+        self.run_id = self.run.info.run_id
+
+    def log_config(self, agent_cfg: dict, env_cfg: dict) -> None:
+        # MLflow caps a parameter's value at 6000 characters; the env config goes in as a file (params/env.yaml)
+        self.mlflow.log_params({key: str(value)[:6000] for key, value in flatten(agent_cfg).items()})
+
+    def log_scalars(self, scalars: dict[str, float], step: int) -> None:
+        self.mlflow.log_metrics(scalars, step=step)
+
+    def log_file(self, path: str, folder: str) -> None:
+        self.mlflow.log_artifact(path, folder)
+
+    def close(self) -> None:
+        self.mlflow.end_run()
+
+
+def make_tracker(logger: str, project: str, log_dir: str | None) -> Tracker:
+    """The tracker of ``agent.logger`` for the run folder ``log_dir`` (none without a folder: ranks other than 0).
+
+    A run folder that already has a tracked run (``--resume``) continues that run.
+    """
+    if log_dir is None or logger == "tensorboard":
+        return Tracker()
+    id_file = os.path.join(log_dir, RUN_ID_FILE)
+    run_id = None
+    if os.path.exists(id_file):
+        with open(id_file) as file:
+            saved = yaml.safe_load(file) or {}
+        run_id = saved.get("run_id") if saved.get("logger") == logger else None
+    name = os.path.basename(os.path.normpath(log_dir))
+    if logger == "wandb":
+        tracker = WandbTracker(project, name, log_dir, run_id)
+    elif logger == "neptune":
+        tracker = NeptuneTracker(project, name, run_id)
+    else:
+        tracker = MlflowTracker(project, name, run_id)
+    tracker.resumed = run_id is not None
+    os.makedirs(os.path.dirname(id_file), exist_ok=True)
+    with open(id_file, "w") as file:
+        yaml.safe_dump({"logger": logger, "run_id": tracker.run_id}, file)
+    return tracker
