@@ -16,14 +16,22 @@ import time
 
 import torch
 import yaml
-from isaaclab_rl.entrypoints.common import add_video_args, apply_video_recording, pre_launch_video_config
+from isaaclab_rl.entrypoints.common import apply_video_recording, pre_launch_video_config
 from torchrl.envs import InitTracker
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules.utils import get_primers_from_module
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl.agents import TorchRLPolicyCfg
-from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
+from isaaclab_torchrl.cli import (
+    UsageError,
+    add_isaaclab_args,
+    check_checkpoint_selector,
+    check_isaaclab_args,
+    launcher_args,
+    parse_args,
+    resolve_task,
+)
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, env_interface
 from isaaclab_torchrl.export import export_policy
 from isaaclab_torchrl.models import make_models
@@ -39,17 +47,19 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--load_run", type=str, default=".*", help="Regex of the run folder (newest match).")
     parser.add_argument("--num_episodes", type=int, default=10, help="Stop after this many finished episodes.")
     parser.add_argument("--max_steps", type=int, default=2000, help="Stop after this many environment steps.")
-    parser.add_argument("--real-time", action="store_true", default=False, help="Step no faster than real time.")
-    add_video_args(parser, action="play")
-    add_task_args(parser)
+    add_isaaclab_args(parser, train=False)
     return parser
 
 
 def main(argv: list[str]) -> int:
     args, hydra_args = parse_args(make_parser(), argv)
     try:
-        env_cfg, agent_cfg = resolve_task(args, hydra_args, play_mode=True)
-        log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
+        check_isaaclab_args(args, train=False)
+        check_checkpoint_selector(args.checkpoint)
+        # --train_env_cfg: the training env config as it is, without the task's play-mode changes
+        env_cfg, agent_cfg = resolve_task(args, hydra_args, play_mode=not args.train_env_cfg)
+        experiment = args.experiment_name or agent_cfg.experiment_name
+        log_root = os.path.abspath(os.path.join("logs", "torchrl", experiment))
         path = resolve_checkpoint(log_root, args.checkpoint, args.load_run)
         checkpoint = load_checkpoint(path, map_location=args.device)
         # Isaac Lab records videos from a visualizer, configured on the env config before the launch

@@ -21,7 +21,15 @@ from isaaclab.utils.io import dump_yaml
 
 import isaaclab_torchrl  # registers the torchrl agents on Isaac Lab's tasks
 from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
-from isaaclab_torchrl.cli import UsageError, add_task_args, launcher_args, parse_args, resolve_task
+from isaaclab_torchrl.cli import (
+    UsageError,
+    add_isaaclab_args,
+    check_checkpoint_selector,
+    check_isaaclab_args,
+    launcher_args,
+    parse_args,
+    resolve_task,
+)
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint, resolve_checkpoint
 from isaaclab_torchrl.runners.code_state import store_code_state
@@ -32,32 +40,25 @@ from isaaclab_torchrl.runners.safety import NonFiniteError, WorkerFailure
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Train an Isaac Lab task with TorchRL.")
-    parser.add_argument("--max_iterations", type=int, default=None, help="Training iterations.")
+    add_isaaclab_args(parser, train=True)
     parser.add_argument("--num_collectors", type=int, default=None, help="Collector subprocesses.")
     parser.add_argument(
         "--async", dest="async_collection", action="store_true", default=None, help="Collect while learning."
     )
     parser.add_argument("--train_device", type=str, default=None, help="Learner device (default: --device).")
-    parser.add_argument("--experiment_name", type=str, default=None, help="Folder under logs/torchrl.")
-    parser.add_argument("--run_name", type=str, default=None, help="Suffix of the run folder.")
     parser.add_argument(
-        "--logger", type=str, default=None, help="tensorboard (default), wandb, neptune or mlflow (agent.logger)."
+        "--resume", action="store_true", default=False, help="Continue the newest run's last checkpoint."
     )
-    parser.add_argument(
-        "--log_project_name", type=str, default=None, help="The W&B or Neptune project, the MLflow experiment."
-    )
-    parser.add_argument("--resume", action="store_true", default=False, help="Continue a run from a checkpoint.")
     parser.add_argument("--load_run", type=str, default=".*", help="With --resume: regex of the run folder (newest).")
     parser.add_argument(
-        "--checkpoint", type=str, default="latest", help="With --resume: checkpoint file, run folder, file-name regex."
-    )
-    parser.add_argument(
-        "--distributed", action="store_true", default=False, help="Data-parallel over torchrun's ranks."
+        "--checkpoint",
+        type=str,
+        default=None,
+        help="Continue from this checkpoint (file, run folder, 'latest' or a file-name regex); implies --resume.",
     )
     parser.add_argument(
         "--print_config", action="store_true", help="Print the resolved agent config as YAML and exit (no training)."
     )
-    add_task_args(parser)
     return parser
 
 
@@ -81,19 +82,20 @@ def apply_train_args(args: argparse.Namespace, agent_cfg) -> None:
 
 
 def resume_checkpoint(args: argparse.Namespace, agent_cfg) -> str:
-    """The checkpoint ``--resume`` continues from, checked to be readable."""
+    """The checkpoint ``--resume`` / ``--checkpoint`` continues from, checked to be readable."""
     log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
+    check_checkpoint_selector(args.checkpoint)
     try:
-        path = resolve_checkpoint(log_root, args.checkpoint, args.load_run)
+        path = resolve_checkpoint(log_root, args.checkpoint or "latest", args.load_run)
         load_checkpoint(path)
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     return path
 
 
-def make_log_dir(agent_cfg) -> str:
+def make_log_dir(agent_cfg, timestamp: str | None) -> str:
     """Creates the run folder ``logs/torchrl/<experiment>/<time>[_<run name>]``, before any simulator starts."""
-    run_name = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    run_name = timestamp or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     if agent_cfg.run_name:
         run_name += f"_{agent_cfg.run_name}"
     log_dir = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name, run_name))
@@ -110,6 +112,7 @@ def main(argv: list[str]) -> int:
     args, hydra_args = parse_args(make_parser(), argv)
     context = None
     try:
+        check_isaaclab_args(args, train=True)
         if args.distributed:
             if "LOCAL_RANK" not in os.environ:
                 raise UsageError("--distributed runs under torchrun: torchrun --nproc_per_node G scripts/train.py ...")
@@ -121,7 +124,7 @@ def main(argv: list[str]) -> int:
         if args.print_config:
             print(yaml.safe_dump(agent_cfg.to_dict(), sort_keys=False), end="")
             return 0
-        checkpoint = resume_checkpoint(args, agent_cfg) if args.resume else None
+        checkpoint = resume_checkpoint(args, agent_cfg) if args.resume or args.checkpoint else None
         if args.distributed:
             # the group waits as long as the slowest rank's first batch may take
             timeout = agent_cfg.collector.first_batch_timeout_s + 60.0
@@ -132,7 +135,11 @@ def main(argv: list[str]) -> int:
         if context is not None and not context.is_main:
             log_dir = None
         else:
-            log_dir = os.path.dirname(os.path.abspath(checkpoint)) if checkpoint else make_log_dir(agent_cfg)
+            log_dir = (
+                os.path.dirname(os.path.abspath(checkpoint))
+                if checkpoint
+                else make_log_dir(agent_cfg, args.run_timestamp)
+            )
     except (UsageError, ConfigError) as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
@@ -148,6 +155,7 @@ def main(argv: list[str]) -> int:
             clip_actions=agent_cfg.clip_actions,
             obs_groups=agent_cfg.obs_groups,
             random_episode_start=agent_cfg.init_at_random_ep_len,
+            external_callback=args.external_callback,
         )
         for index in range(num_collectors)
     ]
@@ -156,7 +164,7 @@ def main(argv: list[str]) -> int:
     runner = TorchRLRunner(factories, interface, agent_cfg, log_dir, distributed=context)
     if checkpoint:
         try:
-            runner.load(checkpoint)
+            runner.load(checkpoint, optimizer=args.resume_optimizer_state)
         except ValueError as exc:
             print(f"[torchrl] error: {exc}", file=sys.stderr)
             return 2
@@ -169,7 +177,9 @@ def main(argv: list[str]) -> int:
         dump_yaml(os.path.join(log_dir, "params", "agent.yaml"), agent_cfg)
         store_code_state(log_dir, [isaaclab_torchrl.__file__, inspect.getfile(type(env_cfg))])
     if log_dir is not None:
-        print(f"[torchrl] Logging experiment in directory: {log_dir}")
+        # Isaac Lab's two lines (its Ray tuner reads them to find the run folder and its TensorBoard events)
+        print(f"[INFO] Logging experiment in directory: {os.path.dirname(log_dir)}")
+        print(f"Exact experiment name requested from command line: {os.path.basename(log_dir)}", flush=True)
     try:
         stopped_by = runner.learn()
     except KeyboardInterrupt:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 
 import gymnasium as gym
 import torch
 from isaaclab.app import add_launcher_args
 from isaaclab.cli import load_external_tasks
+from isaaclab_rl.entrypoints.backends.cli_args_rsl_rl import register_external_tasks
+from isaaclab_rl.entrypoints.common import add_common_play_args, add_common_train_args, resolve_seed
 from isaaclab_tasks.utils import resolve_task_config, setup_preset_cli
 
 from .agents import AGENT_ALIASES, UnsupportedAgentError, agent_entry_point, register_agents
@@ -40,9 +43,88 @@ def add_task_args(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(device=None)
 
 
+AGENT_HELP = f"Agent config: {', '.join(AGENT_ALIASES)}, or a registry entry-point key of the task."
+
+
+def add_isaaclab_args(parser: argparse.ArgumentParser, train: bool) -> None:
+    """Isaac Lab 3.0's unified train or play command line (its own argument definitions, so every argument parses
+    as there), the rsl_rl backend's arguments with the same names and meanings, and the launcher's arguments.
+    :func:`check_isaaclab_args` rejects, in one line, those that cannot apply here."""
+    if train:
+        add_common_train_args(parser, agent_default="torchrl", agent_help=AGENT_HELP)
+        parser.add_argument(
+            "--resume_optimizer_state",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="Restore the optimizer and learning rate on resume; disable to keep a fresh optimizer.",
+        )
+    else:
+        add_common_play_args(parser, agent_default="torchrl", agent_help=AGENT_HELP)
+    # rsl_rl's backend arguments (play accepts them too, as Isaac Lab's does)
+    parser.add_argument("--experiment_name", type=str, default=None, help="Folder under logs/torchrl.")
+    parser.add_argument("--run_name", type=str, default=None, help="Suffix of the run folder (training).")
+    parser.add_argument(
+        "--logger", type=str, default=None, help="tensorboard (default), wandb, neptune or mlflow (training)."
+    )
+    parser.add_argument(
+        "--log_project_name", type=str, default=None, help="The W&B or Neptune project, the MLflow experiment."
+    )
+    parser.add_argument(
+        "--external_callback", default=None, help="Fully qualified name of a callable run first (registers tasks)."
+    )
+    add_launcher_args(parser)
+    # no --device: the GPU when there is one, else the CPU (see resolve_task)
+    parser.set_defaults(device=None)
+
+
+def check_isaaclab_args(args: argparse.Namespace, train: bool) -> None:
+    """Rejects the Isaac Lab arguments that cannot apply to this runner, warns about those that do nothing here,
+    and resolves ``--seed -1`` (a random seed) as Isaac Lab does.
+
+    Raises:
+        UsageError: naming the argument and what to do instead.
+    """
+    if not args.task:
+        raise UsageError("--task is required (list the tasks with: isaaclab list_envs).")
+    if args.frontend != "torch":
+        raise UsageError(f"--frontend {args.frontend} is not supported by the torchrl runner; use --frontend torch.")
+    if train and args.video:
+        raise UsageError("--video during training is not supported yet; record a trained policy with play.py --video.")
+    if getattr(args, "capture_env_sensors", 0) > 0:
+        raise UsageError("--capture_env_sensors is not supported: the torchrl runner does not train image tasks yet.")
+    if getattr(args, "export_io_descriptors", False):
+        print("[torchrl] warning: --export_io_descriptors is deprecated in Isaac Lab and does nothing here.")
+    if getattr(args, "disable_fabric", False):
+        print("[torchrl] warning: --disable_fabric does nothing in kitless Isaac Lab (no USD stage to write to).")
+    for name in ("run_name", "logger", "log_project_name"):
+        if not train and getattr(args, name) is not None:
+            print(f"[torchrl] warning: --{name} applies to training; play.py ignores it.")
+    args.seed = resolve_seed(args.seed)
+
+
+def check_checkpoint_selector(checkpoint: str | None) -> None:
+    """Rejects Isaac Lab's checkpoint forms that this runner cannot resolve yet (a W&B run, a published
+    checkpoint, the best one, which is not tracked)."""
+    if checkpoint in ("best", "pretrained") or (checkpoint or "").startswith(("wandb:", "https://wandb.ai")):
+        raise UsageError(f"--checkpoint {checkpoint!r} is not supported yet; give a file, a run folder or latest.")
+
+
 def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Parses ``argv``; returns the namespace and the Hydra overrides / preset selectors left over."""
-    return setup_preset_cli(parser, argv)
+    """Parses ``argv``; returns the namespace and the Hydra overrides / preset selectors left over.
+
+    ``--external_callback`` runs first, before the task registry is read (Isaac Lab's order); the overrides it
+    consumed are not passed on.
+    """
+    try:
+        left_by_callback = register_external_tasks(argv)
+    except Exception as exc:  # an import or the callback failed: one line, as for any bad input
+        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"[torchrl] error: --external_callback failed: {type(exc).__name__}: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    args, hydra_args = setup_preset_cli(parser, argv)
+    if left_by_callback is not None:
+        hydra_args = [arg for arg in hydra_args if arg in left_by_callback]
+    return args, hydra_args
 
 
 def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: bool = False):

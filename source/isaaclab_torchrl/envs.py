@@ -176,6 +176,7 @@ class IsaacLabEnvFactory:
         clip_actions: Action clipping range, or ``None``.
         obs_groups: The runner's ``obs_groups`` (see :func:`resolve_obs_groups`).
         random_episode_start: Start the first episodes at random points of their time limit.
+        external_callback: ``--external_callback``: the callable that registers the task, run in the worker too.
     """
 
     def __init__(
@@ -188,8 +189,10 @@ class IsaacLabEnvFactory:
         clip_actions=None,
         obs_groups: dict | None = None,
         random_episode_start: bool = False,
+        external_callback: str | None = None,
     ):
         self.task = task
+        self.external_callback = external_callback
         self.env_cfg = env_cfg
         self.launcher_args = launcher_args
         self.num_envs = num_envs
@@ -207,6 +210,10 @@ class IsaacLabEnvFactory:
         from .offline_assets import use_offline_assets
 
         load_external_tasks()  # the tasks of installed packages, as `isaaclab train` finds them
+        if self.external_callback:
+            from isaaclab.utils.string import string_to_callable
+
+            string_to_callable(self.external_callback, separator=".")()
         env_cfg = self.env_cfg
         use_offline_assets(env_cfg)
         env_cfg.scene.num_envs = self.num_envs
@@ -264,6 +271,7 @@ def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> 
         num_envs=1,
         seed=factory.seed,
         obs_groups=factory.obs_groups,
+        external_callback=factory.external_callback,
     )
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()

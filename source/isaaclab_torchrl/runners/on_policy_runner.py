@@ -171,15 +171,19 @@ class TorchRLRunner:
     def save(self, path: str) -> None:
         save_checkpoint(self.state_dict(), path)
 
-    def load(self, path: str) -> None:
+    def load(self, path: str, optimizer: bool = True) -> None:
         """Restores networks, optimizer, learning rate, iteration counter and RNG state from a checkpoint.
+
+        Args:
+            optimizer: Restore the optimizer and the learning rate too; ``False`` keeps a fresh optimizer and the
+                configured learning rate (``--no-resume_optimizer_state``).
 
         Raises:
             ValueError: the checkpoint cannot be read or was trained with other networks or sizes.
         """
         state = load_checkpoint(path, map_location=self.learner.device)
         try:
-            self.learner.load_state_dict(state)
+            self.learner.load_state_dict(state, optimizer=optimizer)
         except ValueError as exc:
             raise ValueError(f"Checkpoint {path} does not fit this task and agent ({exc})") from exc
         self.iteration = state["iteration"]

@@ -302,8 +302,8 @@ class PPO:
             "learning_rate": self.learning_rate,
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restores networks, optimizer and learning rate.
+    def load_state_dict(self, state: dict, optimizer: bool = True) -> None:
+        """Restores networks and, with ``optimizer``, the optimizer and the learning rate.
 
         Raises:
             ValueError: the state was trained with other networks or sizes.
@@ -311,9 +311,11 @@ class PPO:
         try:
             self.actor.load_state_dict(state["actor"])
             self.critic.load_state_dict(state["critic"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            if optimizer:
+                self.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, KeyError, ValueError) as exc:
             raise ValueError(f"different observation/action sizes or networks: {str(exc).splitlines()[0]}") from exc
-        self.lr.fill_(float(state["learning_rate"]))
+        if optimizer:
+            self.lr.fill_(float(state["learning_rate"]))
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
