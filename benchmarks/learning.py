@@ -218,10 +218,16 @@ def main() -> None:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.merge:
         reports = [json.load(open(path)) for path in args.merge.split(",")]
-        settings = {**reports[0]["args"], "merge": args.merge, "out": args.out}
+        settings = {
+            **reports[0]["args"],
+            "merge": [os.path.basename(path) for path in args.merge.split(",")],
+            "out": args.out,
+        }
         runs = [run for report in reports for run in report["runs"]]
         if args.runs:  # only these trainers' runs
             runs = [run for run in runs if run["run"] in args.runs.split(",")]
+        settings["runs"] = ",".join(dict.fromkeys(run["run"] for run in runs))
+        settings["seeds"] = ",".join(str(seed) for seed in sorted({run["seed"] for run in runs}))
     else:
         settings, runs = vars(args), train_all(args)
     report = write_report(settings, runs, args.out)
