@@ -9,6 +9,7 @@ Isaac Lab runs only inside the collector subprocesses; this process resolves the
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
 import os
 import sys
@@ -18,6 +19,7 @@ from datetime import datetime
 import torch
 import yaml
 from isaaclab.utils.io import dump_yaml
+from isaaclab_rl.entrypoints.common import apply_video_recording, pre_launch_video_config
 
 import isaaclab_torchrl  # registers the torchrl agents on Isaac Lab's tasks
 from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
@@ -93,19 +95,34 @@ def resume_checkpoint(args: argparse.Namespace, agent_cfg) -> str:
     return path
 
 
-def make_log_dir(agent_cfg, timestamp: str | None) -> str:
-    """Creates the run folder ``logs/torchrl/<experiment>/<time>[_<run name>]``, before any simulator starts."""
+def new_log_dir(agent_cfg, timestamp: str | None) -> str:
+    """The path of a new run folder ``logs/torchrl/<experiment>/<time>[_<run name>]`` (not created yet)."""
     run_name = timestamp or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     if agent_cfg.run_name:
         run_name += f"_{agent_cfg.run_name}"
-    log_dir = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name, run_name))
+    return os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name, run_name))
+
+
+def create_log_dir(log_dir: str) -> None:
+    """Creates the run folder and checks that it is writable, before any simulator starts."""
     try:
         os.makedirs(log_dir, exist_ok=True)
         with tempfile.TemporaryFile(dir=log_dir):
             pass
     except OSError as exc:
         raise UsageError(f"Cannot write the log directory {log_dir}: {exc}") from exc
-    return log_dir
+
+
+def record_training_video(env_cfg, log_dir: str, args: argparse.Namespace) -> None:
+    """``--video``: Isaac Lab's recorder on the env config (``<run>/videos/train``); it records inside the first
+    collector worker's ``env.step()``, from the visualizer named with ``--viz``."""
+    pre_launch_video_config(env_cfg, args)
+    try:
+        apply_video_recording(env_cfg, log_dir, args, subdir="train")
+    except ValueError as exc:
+        raise UsageError(
+            f"--video needs a renderer or visualizer to record from, and none is available: {exc}"
+        ) from exc
 
 
 def main(argv: list[str]) -> int:
@@ -138,17 +155,23 @@ def main(argv: list[str]) -> int:
             log_dir = (
                 os.path.dirname(os.path.abspath(checkpoint))
                 if checkpoint
-                else make_log_dir(agent_cfg, args.run_timestamp)
+                else new_log_dir(agent_cfg, args.run_timestamp)
             )
+            if args.video:
+                record_training_video(env_cfg, log_dir, args)
+            create_log_dir(log_dir)
     except (UsageError, ConfigError) as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
 
     num_collectors = agent_cfg.collector.num_collectors
+    # the first worker records the video (with --video); the others step the same config without a recorder
+    silent_env_cfg = copy.deepcopy(env_cfg)
+    silent_env_cfg.video_recorders = []
     factories = [
         IsaacLabEnvFactory(
             args.task,
-            env_cfg,
+            env_cfg if index == 0 else silent_env_cfg,
             launcher_args(args),
             num_envs=env_cfg.scene.num_envs // num_collectors,
             seed=agent_cfg.seed + index,

@@ -66,11 +66,21 @@ def test_external_callback_registers_a_task_that_trains(workdir):
     assert run_dir == run_dirs(workdir, "cartpole_direct")[0]
 
 
+def test_training_records_a_video_from_the_first_worker(workdir):
+    args = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--num_collectors", "2", "--max_iterations", "2"]
+    args += ["--device", "cpu", "--viz", "newton", "physics=newton_mjwarp"]
+    args += ["--video", "--video_length", "8", "--video_interval", "10"]
+    assert_ok(run_script("train.py", args, cwd=workdir))
+    (run_dir,) = run_dirs(workdir, "cartpole_direct")
+    videos = [name for name in os.listdir(os.path.join(run_dir, "videos", "train")) if name.endswith(".mp4")]
+    assert videos, os.listdir(os.path.join(run_dir, "videos", "train"))
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--frontend", "warp"], "--frontend warp is not supported by the torchrl runner"),
-        (["--video"], "--video during training is not supported yet"),
+        (["--video"], "--video needs a renderer or visualizer to record from"),  # CPU_ARGS: --viz none
         (["--capture_env_sensors", "2"], "--capture_env_sensors is not supported"),
         (["--checkpoint", "wandb:me/project/abc123"], "--checkpoint 'wandb:me/project/abc123' is not supported yet"),
         (["--external_callback", "no_such_module.register"], "No module named 'no_such_module'"),

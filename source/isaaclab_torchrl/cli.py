@@ -88,8 +88,6 @@ def check_isaaclab_args(args: argparse.Namespace, train: bool) -> None:
         raise UsageError("--task is required (list the tasks with: isaaclab list_envs).")
     if args.frontend != "torch":
         raise UsageError(f"--frontend {args.frontend} is not supported by the torchrl runner; use --frontend torch.")
-    if train and args.video:
-        raise UsageError("--video during training is not supported yet; record a trained policy with play.py --video.")
     if getattr(args, "capture_env_sensors", 0) > 0:
         raise UsageError("--capture_env_sensors is not supported: the torchrl runner does not train image tasks yet.")
     if getattr(args, "export_io_descriptors", False):
