@@ -26,8 +26,8 @@ from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.cli import (
     UsageError,
     add_isaaclab_args,
-    check_checkpoint_selector,
     check_isaaclab_args,
+    checkpoint_path,
     launcher_args,
     parse_args,
     resolve_task,
@@ -35,7 +35,7 @@ from isaaclab_torchrl.cli import (
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, env_interface
 from isaaclab_torchrl.export import export_policy
 from isaaclab_torchrl.models import make_models
-from isaaclab_torchrl.runners import load_checkpoint, resolve_checkpoint
+from isaaclab_torchrl.runners import load_checkpoint
 from isaaclab_torchrl.runners.logger import finished_episodes
 
 
@@ -55,12 +55,11 @@ def main(argv: list[str]) -> int:
     args, hydra_args = parse_args(make_parser(), argv)
     try:
         check_isaaclab_args(args, train=False)
-        check_checkpoint_selector(args.checkpoint)
         # --train_env_cfg: the training env config as it is, without the task's play-mode changes
         env_cfg, agent_cfg = resolve_task(args, hydra_args, play_mode=not args.train_env_cfg)
         experiment = args.experiment_name or agent_cfg.experiment_name
         log_root = os.path.abspath(os.path.join("logs", "torchrl", experiment))
-        path = resolve_checkpoint(log_root, args.checkpoint, args.load_run)
+        path = checkpoint_path(log_root, args.checkpoint, args.load_run)
         checkpoint = load_checkpoint(path, map_location=args.device)
         # Isaac Lab records videos from a visualizer, configured on the env config before the launch
         pre_launch_video_config(env_cfg, args)

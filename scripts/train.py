@@ -26,14 +26,14 @@ from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
 from isaaclab_torchrl.cli import (
     UsageError,
     add_isaaclab_args,
-    check_checkpoint_selector,
     check_isaaclab_args,
+    checkpoint_path,
     launcher_args,
     parse_args,
     resolve_task,
 )
 from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
-from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint, resolve_checkpoint
+from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint
 from isaaclab_torchrl.runners.code_state import store_code_state
 from isaaclab_torchrl.runners.distributed import init_distributed, parameter_checksum
 from isaaclab_torchrl.runners.on_policy_runner import TrackerStartError
@@ -86,13 +86,20 @@ def apply_train_args(args: argparse.Namespace, agent_cfg) -> None:
 def resume_checkpoint(args: argparse.Namespace, agent_cfg) -> str:
     """The checkpoint ``--resume`` / ``--checkpoint`` continues from, checked to be readable."""
     log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
-    check_checkpoint_selector(args.checkpoint)
+    path = checkpoint_path(log_root, args.checkpoint, args.load_run)
     try:
-        path = resolve_checkpoint(log_root, args.checkpoint or "latest", args.load_run)
         load_checkpoint(path)
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     return path
+
+
+def resumed_log_dir(checkpoint: str, agent_cfg) -> str | None:
+    """The run folder a resumed run goes on in: the checkpoint's own, when it is a run folder of this experiment;
+    ``None`` (a new run folder) for a checkpoint from elsewhere (another experiment, a download)."""
+    run_dir = os.path.dirname(os.path.abspath(checkpoint))
+    log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
+    return run_dir if os.path.dirname(run_dir) == log_root else None
 
 
 def new_log_dir(agent_cfg, timestamp: str | None) -> str:
@@ -152,10 +159,8 @@ def main(argv: list[str]) -> int:
         if context is not None and not context.is_main:
             log_dir = None
         else:
-            log_dir = (
-                os.path.dirname(os.path.abspath(checkpoint))
-                if checkpoint
-                else new_log_dir(agent_cfg, args.run_timestamp)
+            log_dir = (checkpoint and resumed_log_dir(checkpoint, agent_cfg)) or new_log_dir(
+                agent_cfg, args.run_timestamp
             )
             if args.video:
                 record_training_video(env_cfg, log_dir, args)
@@ -195,7 +200,7 @@ def main(argv: list[str]) -> int:
             f"[torchrl] Resuming from {checkpoint} (iteration {runner.iteration}, "
             f"learning rate {float(runner.learner.optimizer.param_groups[0]['lr']):.6g})"
         )
-    elif log_dir is not None:
+    if log_dir is not None and not os.path.exists(os.path.join(log_dir, "params", "agent.yaml")):  # a new run folder
         dump_yaml(os.path.join(log_dir, "params", "env.yaml"), env_cfg)
         dump_yaml(os.path.join(log_dir, "params", "agent.yaml"), agent_cfg)
         store_code_state(log_dir, [isaaclab_torchrl.__file__, inspect.getfile(type(env_cfg))])

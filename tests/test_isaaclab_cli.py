@@ -2,6 +2,7 @@
 value, ``--external_callback`` registers a task that then trains, and what cannot apply is one line and exit 2."""
 
 import os
+import shutil
 import sys
 
 import pytest
@@ -66,6 +67,21 @@ def test_external_callback_registers_a_task_that_trains(workdir):
     assert run_dir == run_dirs(workdir, "cartpole_direct")[0]
 
 
+def test_a_checkpoint_from_elsewhere_continues_in_a_new_run_folder(short_mlp_run, workdir):
+    _, source_run, _ = short_mlp_run
+    os.makedirs(os.path.join(workdir, "downloads"))
+    checkpoint = os.path.join(workdir, "downloads", "model_2.pt")
+    shutil.copy(os.path.join(source_run, "model_2.pt"), checkpoint)
+    args = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--max_iterations", "1", *CPU_ARGS]
+    process = run_script("train.py", [*args, "--checkpoint", checkpoint], cwd=workdir)
+    assert_ok(process)
+    assert f"Resuming from {checkpoint} (iteration 2" in process.stdout
+    (run_dir,) = run_dirs(workdir, "cartpole_direct")
+    assert sorted(name for name in os.listdir(run_dir) if name.endswith(".pt")) == ["model_3.pt"]
+    assert os.path.exists(os.path.join(run_dir, "params", "agent.yaml"))
+    assert os.listdir(os.path.join(workdir, "downloads")) == ["model_2.pt"], "the source folder is left as it was"
+
+
 def test_training_records_a_video_from_the_first_worker(workdir):
     args = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--num_collectors", "2", "--max_iterations", "2"]
     args += ["--device", "cpu", "--viz", "newton", "physics=newton_mjwarp"]
@@ -82,7 +98,9 @@ def test_training_records_a_video_from_the_first_worker(workdir):
         (["--frontend", "warp"], "--frontend warp is not supported by the torchrl runner"),
         (["--video"], "--video needs a renderer or visualizer to record from"),  # CPU_ARGS: --viz none
         (["--capture_env_sensors", "2"], "--capture_env_sensors is not supported"),
-        (["--checkpoint", "wandb:me/project/abc123"], "--checkpoint 'wandb:me/project/abc123' is not supported yet"),
+        # no W&B login in the tests: Isaac Lab's helper cannot reach the run
+        (["--checkpoint", "wandb:me/project/abc123"], "Cannot fetch the W&B checkpoint 'wandb:me/project/abc123'"),
+        (["--checkpoint", "best"], "--checkpoint best is not supported"),
         (["--external_callback", "no_such_module.register"], "No module named 'no_such_module'"),
     ],
 )

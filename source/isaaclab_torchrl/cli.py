@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 import gymnasium as gym
@@ -100,11 +101,36 @@ def check_isaaclab_args(args: argparse.Namespace, train: bool) -> None:
     args.seed = resolve_seed(args.seed)
 
 
-def check_checkpoint_selector(checkpoint: str | None) -> None:
-    """Rejects Isaac Lab's checkpoint forms that this runner cannot resolve yet (a W&B run, a published
-    checkpoint, the best one, which is not tracked)."""
-    if checkpoint in ("best", "pretrained") or (checkpoint or "").startswith(("wandb:", "https://wandb.ai")):
-        raise UsageError(f"--checkpoint {checkpoint!r} is not supported yet; give a file, a run folder or latest.")
+def checkpoint_path(log_root: str, checkpoint: str | None, load_run: str) -> str:
+    """The checkpoint file that ``--checkpoint`` names: a file, a run folder, ``latest`` or a file-name regex under
+    ``log_root`` (the newest run matching ``load_run``), or a W&B run (``wandb:<entity>/<project>/<run_id>`` or its
+    URL, ``?checkpoint=<iteration>``), whose ``model_<N>.pt`` is downloaded under ``logs/torchrl/wandb_checkpoints``
+    through Isaac Lab's W&B helper.
+
+    Raises:
+        UsageError: a form that cannot be resolved here (``best``, ``pretrained``), a W&B run that cannot be
+            fetched, or no such checkpoint.
+    """
+    from isaaclab_rl.utils.wandb import is_wandb_checkpoint, resolve_wandb_checkpoint
+
+    from .runners import resolve_checkpoint
+
+    if checkpoint in ("best", "pretrained"):
+        raise UsageError(f"--checkpoint {checkpoint} is not supported; give a file, a run folder, latest or a W&B run.")
+    if is_wandb_checkpoint(checkpoint):
+        try:
+            return resolve_wandb_checkpoint(
+                checkpoint, download_dir=os.path.join("logs", "torchrl", "wandb_checkpoints")
+            )
+        except Exception as exc:  # no client, no login, no network, no such run: one line
+            message = " ".join(str(exc).split())
+            raise UsageError(
+                f"Cannot fetch the W&B checkpoint {checkpoint!r}: {type(exc).__name__}: {message}"
+            ) from None
+    try:
+        return resolve_checkpoint(log_root, checkpoint or "latest", load_run)
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
