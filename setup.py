@@ -31,9 +31,9 @@ setup(
         "wandb": ["wandb"],
         "neptune": ["neptune"],
         "mlflow": ["mlflow"],
-        # the trackers' tests: W&B offline and MLflow's client with a local SQLite store (mlflow-skinny is the same
-        # client as mlflow, without the UI's server dependencies)
-        "test": ["pytest", "onnx", "onnxruntime", "wandb", "mlflow-skinny", "sqlalchemy", "alembic"],
+        # the trackers' tests: W&B and Neptune offline, MLflow's client with a local SQLite store (mlflow-skinny is
+        # the same client as mlflow, without the UI's server dependencies)
+        "test": ["pytest", "onnx", "onnxruntime", "wandb", "neptune", "mlflow-skinny", "sqlalchemy", "alembic"],
     },
     zip_safe=False,
 )

@@ -1,8 +1,9 @@
-"""Trackers beside TensorBoard, with their real clients and no network: MLflow with a local SQLite store, W&B in
-offline mode. A short Cartpole run sends its scalars, config and checkpoints; ``--resume`` continues the same
+"""Trackers beside TensorBoard, with their real clients and no network: MLflow with a local SQLite store, W&B and
+Neptune in offline mode. A short Cartpole run sends its scalars, config and checkpoints; ``--resume`` continues the same
 tracked run."""
 
 import glob
+import json
 import os
 
 import pytest
@@ -68,3 +69,30 @@ def test_wandb_without_credentials_is_rejected_before_training(monkeypatch, tmp_
         validate_agent_cfg(agent_cfg, num_envs=64)
     monkeypatch.setenv("WANDB_MODE", "offline")
     validate_agent_cfg(agent_cfg, num_envs=64)
+
+
+def test_neptune_offline_run_holds_scalars_config_and_checkpoints(workdir):
+    pytest.importorskip("neptune")
+    env = {"NEPTUNE_MODE": "offline"}
+    args = [*SHORT_RUN, "--logger", "neptune", "--log_project_name", "me/cartpole", "--max_iterations", "2"]
+    assert_ok(run_script("train.py", args, cwd=workdir, extra_env=env))
+    (data,) = glob.glob(os.path.join(workdir, ".neptune", "offline", "run__*", "data-1.log"))
+    content = open(data).read()
+    for field in [*TAGS, "agent_cfg/algorithm.learning_rate", "checkpoints/model_2.pt", "params/agent.yaml"]:
+        path = json.dumps(field.split("/"))  # Neptune's log names a field by its path: ["Train", "mean_reward"]
+        assert f'"path": {path}' in content, f"{field} is not in the offline run"
+
+
+def test_a_tracker_without_its_client_is_rejected_before_training(monkeypatch):
+    """The check a user without ``pip install 'isaaclab-torchrl[mlflow]'`` meets (the test environment has every
+    client, so the lookup answers as for an environment without this one)."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else find_spec(name, *a))
+    agent_cfg = ported_agent("Isaac-Cartpole-Direct")
+    agent_cfg.logger = "mlflow"
+    with pytest.raises(
+        ConfigError, match=r"--logger mlflow needs the mlflow client: pip install 'isaaclab-torchrl\[mlflow\]'"
+    ):
+        validate_agent_cfg(agent_cfg, num_envs=64)

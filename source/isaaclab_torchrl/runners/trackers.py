@@ -76,7 +76,8 @@ class NeptuneTracker(Tracker):
         import neptune
 
         self.run = neptune.init_run(project=project, name=name, with_id=run_id)
-        self.run_id = self.run["sys/id"].fetch()
+        # offline (NEPTUNE_MODE=offline: data under ./.neptune, `neptune sync` later) a run has no id to resume by
+        self.run_id = self.run["sys/id"].fetch() if self.run.exists("sys/id") else None
 
     def log_config(self, agent_cfg: dict, env_cfg: dict) -> None:
         self.run["agent_cfg"] = flatten(agent_cfg)
