@@ -9,6 +9,7 @@ Isaac Lab runs only inside the collector subprocesses; this process resolves the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import inspect
 import os
@@ -155,6 +156,7 @@ def main(argv: list[str]) -> int:
             context = init_distributed(use_cuda=args.device.startswith("cuda"), timeout_s=timeout)
             # each rank's environments and exploration differ: distinct seeds per rank and collector
             agent_cfg.seed += context.rank * agent_cfg.collector.num_collectors
+        new_folder = False
         # a resumed run goes on in its own folder, with its TensorBoard step axis; only rank 0 writes
         if context is not None and not context.is_main:
             log_dir = None
@@ -164,6 +166,7 @@ def main(argv: list[str]) -> int:
             )
             if args.video:
                 record_training_video(env_cfg, log_dir, args)
+            new_folder = not os.path.exists(log_dir)
             create_log_dir(log_dir)
     except (UsageError, ConfigError) as exc:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
@@ -195,6 +198,9 @@ def main(argv: list[str]) -> int:
             runner.load(checkpoint, optimizer=args.resume_optimizer_state)
         except ValueError as exc:
             print(f"[torchrl] error: {exc}", file=sys.stderr)
+            if new_folder:  # the (still empty) run folder made for a checkpoint from elsewhere, and its parents
+                with contextlib.suppress(OSError):
+                    os.removedirs(log_dir)
             return 2
         print(
             f"[torchrl] Resuming from {checkpoint} (iteration {runner.iteration}, "
