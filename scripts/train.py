@@ -84,10 +84,14 @@ def apply_train_args(args: argparse.Namespace, agent_cfg) -> None:
         agent_cfg.wandb_project = agent_cfg.neptune_project = agent_cfg.mlflow_experiment = args.log_project_name
 
 
+def experiment_root(agent_cfg) -> str:
+    """``logs/torchrl/<experiment>``: where the experiment's run folders are."""
+    return os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
+
+
 def resume_checkpoint(args: argparse.Namespace, agent_cfg) -> str:
     """The checkpoint ``--resume`` / ``--checkpoint`` continues from, checked to be readable."""
-    log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
-    path = checkpoint_path(log_root, args.checkpoint, args.load_run)
+    path = checkpoint_path(experiment_root(agent_cfg), args.checkpoint, args.load_run)
     try:
         load_checkpoint(path)
     except (FileNotFoundError, ValueError) as exc:
@@ -99,8 +103,7 @@ def resumed_log_dir(checkpoint: str, agent_cfg) -> str | None:
     """The run folder a resumed run goes on in: the checkpoint's own, when it is a run folder of this experiment;
     ``None`` (a new run folder) for a checkpoint from elsewhere (another experiment, a download)."""
     run_dir = os.path.dirname(os.path.abspath(checkpoint))
-    log_root = os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name))
-    return run_dir if os.path.dirname(run_dir) == log_root else None
+    return run_dir if os.path.dirname(run_dir) == experiment_root(agent_cfg) else None
 
 
 def new_log_dir(agent_cfg, timestamp: str | None) -> str:
@@ -108,7 +111,7 @@ def new_log_dir(agent_cfg, timestamp: str | None) -> str:
     run_name = timestamp or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     if agent_cfg.run_name:
         run_name += f"_{agent_cfg.run_name}"
-    return os.path.abspath(os.path.join("logs", "torchrl", agent_cfg.experiment_name, run_name))
+    return os.path.join(experiment_root(agent_cfg), run_name)
 
 
 def create_log_dir(log_dir: str) -> None:

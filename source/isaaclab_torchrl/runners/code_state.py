@@ -20,12 +20,12 @@ def store_code_state(log_dir: str, source_files: list[str]) -> list[str]:
     for source in source_files:
         try:
             top = _git(os.path.dirname(os.path.abspath(source)), "rev-parse", "--show-toplevel")
+            path = os.path.join(log_dir, "git", f"{os.path.basename(top)}.diff")
+            if path in written:  # a repository holding several of the files
+                continue
             commit = _git(top, "rev-parse", "HEAD")
             status, diff = _git(top, "status", "--short"), _git(top, "diff", "HEAD")
         except (OSError, subprocess.SubprocessError):
-            continue
-        path = os.path.join(log_dir, "git", f"{os.path.basename(top)}.diff")
-        if path in written:
             continue
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as file:

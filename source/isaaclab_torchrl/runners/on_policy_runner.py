@@ -116,9 +116,8 @@ class TorchRLRunner:
         """Starts (or, in a resumed run folder, continues) the tracked run; a new one receives the configs, the
         ``params`` and ``git`` files of the run folder."""
         cfg = self.cfg
-        project = {"wandb": cfg.wandb_project, "neptune": cfg.neptune_project}.get(cfg.logger)
         try:
-            tracker = make_tracker(cfg.logger, project or cfg.mlflow_experiment or cfg.experiment_name, self.log_dir)
+            tracker = make_tracker(cfg, self.log_dir)
         except Exception as exc:
             raise TrackerStartError(f"--logger {cfg.logger} could not start its run: {exc}") from exc
         if self.log_dir is not None and not tracker.resumed:

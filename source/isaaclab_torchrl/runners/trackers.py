@@ -123,11 +123,13 @@ class MlflowTracker(Tracker):
         self.mlflow.end_run()
 
 
-def make_tracker(logger: str, project: str, log_dir: str | None) -> Tracker:
-    """The tracker of ``agent.logger`` for the run folder ``log_dir`` (none without a folder: ranks other than 0).
+def make_tracker(cfg, log_dir: str | None) -> Tracker:
+    """The tracker of ``cfg.logger`` for the run folder ``log_dir`` (none without a folder: ranks other than 0), in
+    its project (``cfg.wandb_project``, ``cfg.neptune_project``, ``cfg.mlflow_experiment`` or the experiment name).
 
     A run folder that already has a tracked run (``--resume``) continues that run.
     """
+    logger = cfg.logger
     if log_dir is None or logger == "tensorboard":
         return Tracker()
     id_file = os.path.join(log_dir, RUN_ID_FILE)
@@ -138,11 +140,11 @@ def make_tracker(logger: str, project: str, log_dir: str | None) -> Tracker:
         run_id = saved.get("run_id") if saved.get("logger") == logger else None
     name = os.path.basename(os.path.normpath(log_dir))
     if logger == "wandb":
-        tracker = WandbTracker(project, name, log_dir, run_id)
+        tracker = WandbTracker(cfg.wandb_project, name, log_dir, run_id)
     elif logger == "neptune":
-        tracker = NeptuneTracker(project, name, run_id)
+        tracker = NeptuneTracker(cfg.neptune_project, name, run_id)
     else:
-        tracker = MlflowTracker(project, name, run_id)
+        tracker = MlflowTracker(cfg.mlflow_experiment or cfg.experiment_name, name, run_id)
     tracker.resumed = run_id is not None
     os.makedirs(os.path.dirname(id_file), exist_ok=True)
     with open(id_file, "w") as file:
