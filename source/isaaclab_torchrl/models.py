@@ -200,6 +200,19 @@ def noise_std(actor: nn.Module) -> torch.Tensor:
     return mappings(noise.scale_mapping)(noise.state_independent_scale.detach()).clamp_min(noise.scale_lb)
 
 
+class CollectionPolicy(TensorDictSequential):
+    """The networks the collector workers run, writing into a copy of their input instead of the input itself.
+
+    torchrl's graphed inference (``agent.collector.cudagraph_policy``) replays a module that returns its own input
+    by merging the graph's locked output into the caller's tensordict, nested entries by reference: the recurrent
+    state under ``"next"`` then became the graph's locked output and the collector's next write into it failed
+    (``Cannot modify locked TensorDict``). A module that returns a new tensordict is replayed into a fresh clone.
+    """
+
+    def forward(self, tensordict, *args, **kwargs):
+        return super().forward(tensordict.copy(), *args, **kwargs)
+
+
 def make_collection_policy(actor: ProbabilisticActor, critic: TensorDictSequential, cfg: TorchRLPolicyCfg):
     """The module the collector workers run: the actor, plus the critic when it is recurrent.
 
@@ -208,8 +221,8 @@ def make_collection_policy(actor: ProbabilisticActor, critic: TensorDictSequenti
     networks, not copies, so the learner's weights are the ones the weight-sync scheme sends.
     """
     if cfg.rnn_type is not None:
-        return TensorDictSequential(actor, critic)
-    return actor
+        return CollectionPolicy(actor, critic)
+    return CollectionPolicy(actor)
 
 
 class CollectionPolicyFactory:
