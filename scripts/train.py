@@ -23,7 +23,7 @@ from isaaclab.utils.io import dump_yaml
 from isaaclab_rl.entrypoints.common import apply_video_recording, pre_launch_video_config
 
 import isaaclab_torchrl  # registers the torchrl agents on Isaac Lab's tasks
-from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
+from isaaclab_torchrl.agents.validation import ConfigError, speed_summary, validate_agent_cfg
 from isaaclab_torchrl.cli import (
     UsageError,
     add_isaaclab_args,
@@ -175,6 +175,7 @@ def main(argv: list[str]) -> int:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
 
+    print(f"[torchrl] {speed_summary(agent_cfg)}", flush=True)
     num_collectors = agent_cfg.collector.num_collectors
     # the first worker records the video (with --video); the others step the same config without a recorder
     silent_env_cfg = copy.deepcopy(env_cfg)

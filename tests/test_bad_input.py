@@ -81,18 +81,23 @@ CASES = {
 SPEED_OPTION_CASES = {
     "CUDA graphs without compile": (
         False,
-        {"device": "cuda:0", "cudagraphs": True},
+        {"device": "cuda:0", "compile": False, "cudagraphs": True},
         "agent.cudagraphs=true needs agent.compile=true",
     ),
     "CUDA graphs with the pad recurrent backend": (
         True,
-        {"device": "cuda:0", "compile": True, "cudagraphs": True},
+        {"device": "cuda:0", "compile": True, "cudagraphs": True, "policy.recurrent_backend": "pad"},
         "cannot replay the 'pad' recurrent backend",
     ),
     "CUDA graphs on a CPU learner": (
         False,
         {"device": "cuda:0", "train_device": "cpu", "compile": True, "cudagraphs": True},
         "needs a CUDA learner, got the device 'cpu'",
+    ),
+    "unknown speed": (
+        False,
+        {"speed": "fast"},
+        "agent.speed must be one of ('auto', 'off')",
     ),
     "CUDA-graph policy on a CPU simulation": (
         False,
@@ -117,6 +122,7 @@ def test_incompatible_speed_options_are_rejected(case):
     # the same options in the combination that works pass the check
     agent_cfg.compile = agent_cfg.cudagraphs = False
     agent_cfg.collector.cudagraph_policy = False
+    agent_cfg.speed = "auto"
     validate_agent_cfg(agent_cfg, num_envs=64)
 
 

@@ -12,7 +12,8 @@ from dataclasses import MISSING
 from isaaclab.utils import configclass
 
 RNN_TYPES = ("lstm", "gru")
-RECURRENT_BACKENDS = ("pad", "scan", "triton")
+RECURRENT_BACKENDS = ("auto", "pad", "scan", "triton")
+SPEEDS = ("auto", "off")
 NOISE_STD_TYPES = ("scalar", "log")
 ACTIVATIONS = ("elu", "relu", "tanh", "selu", "leakyrelu", "gelu", "silu")
 SCHEDULES = ("adaptive", "fixed")
@@ -29,9 +30,10 @@ class TorchRLPolicyCfg:
     """Recurrent layer in front of the MLPs: ``"lstm"``, ``"gru"`` or ``None`` for a plain MLP policy."""
     rnn_hidden_size: int = 256
     rnn_num_layers: int = 1
-    recurrent_backend: str = "pad"
-    """Backend of the recurrent layers over whole trajectory slices (GAE and the update): ``"pad"`` (cuDNN),
-    ``"scan"`` or ``"triton"``. Collection always steps them one step at a time."""
+    recurrent_backend: str = "auto"
+    """Backend of the recurrent layers over whole trajectory slices (GAE and the update): ``"auto"`` (torchrl's:
+    ``"pad"`` eagerly, ``"scan"`` inside the compiled update), ``"pad"`` (cuDNN over trajectories split at resets),
+    ``"scan"`` (a time loop; eagerly far slower on a GPU) or ``"triton"``. Collection steps them one at a time."""
     actor_hidden_dims: list[int] = MISSING
     critic_hidden_dims: list[int] = MISSING
     activation: str = "elu"
@@ -75,16 +77,19 @@ class TorchRLCollectorCfg:
 
     num_collectors: int = 1
     """Collector subprocesses; each owns one Isaac Lab simulation with ``num_envs / num_collectors`` envs."""
-    sync: bool = True
+    sync: bool | None = None
     """``True``: :class:`MultiSyncCollector` (on-policy). ``False``: :class:`MultiAsyncCollector`, the workers
-    collect the next rollout while the learner updates (one policy version of lag)."""
+    collect the next rollout while the learner updates (lag-corrected PPO). ``None``: asynchronous on a CUDA
+    simulation device (see :attr:`TorchRLRunnerCfg.speed`), synchronous on the CPU."""
     storing_device: str | None = None
-    """Device the batches are stored on; ``None``: the CPU when collecting on a GPU (see
-    :mod:`isaaclab_torchrl.runners.collection`: shared CUDA buffers were corrupted with torchrl 0.14.1), else the
-    simulation device. ``cuda:<i>`` is faster and was seen to work with Cartpole, not with ANYmal."""
-    cudagraph_policy: bool = False
+    """Device the batches are stored on; ``None``: the simulation device. On a GPU, the collection's hand-over rules
+    (see :mod:`isaaclab_torchrl.runners.collection`) keep them intact: ``benchmarks/storage_proof.py`` compared a
+    checksum of every batch taken in the worker with one taken by the learner (Cartpole 300 iterations and ANYmal
+    100, sync and async, H200). ``cpu`` sends them through host memory (a device-to-host copy per step)."""
+    cudagraph_policy: bool | None = None
     """Run the workers' policy inference as a CUDA graph (torchrl's ``cudagraph_policy``): one replay per
-    step instead of a kernel launch per operator. Needs a CUDA simulation device."""
+    step instead of a kernel launch per operator. Needs a CUDA simulation device. ``None``: on one (see
+    :attr:`TorchRLRunnerCfg.speed`)."""
     first_batch_timeout_s: float = 900.0
     """Seconds to wait for the first batch (the workers start their simulations first; on a fresh GPU machine
     that includes compiling the simulator's kernels) before stopping with a timeout error."""
@@ -103,15 +108,20 @@ class TorchRLRunnerCfg:
     """Device of the simulation and of the collection-time policy (overridden by ``--device``)."""
     train_device: str | None = None
     """Device of the learner; ``None`` uses :attr:`device`."""
-    compile: bool = False
+    speed: str = "auto"
+    """``"auto"``: the settings left at ``None`` (:attr:`compile`, :attr:`cudagraphs`, ``collector.sync`` and
+    ``collector.cudagraph_policy``) take the fast values where they apply: a compiled update replayed as a CUDA
+    graph on a CUDA learner, graphed inference and asynchronous collection on a CUDA simulation; the plain ones on
+    the CPU. ``"off"``: the plain ones everywhere. ``scripts/train.py`` prints what was chosen."""
+    compile: bool | None = None
     """Compile PPO's loss and backward pass with ``torch.compile``; the compilation runs in the first iteration and
     counts in its time. Alone it barely changes the GPU update's time (the loss breaks into several graphs);
-    with :attr:`cudagraphs` it is 5-10x faster (``benchmarks/README.md``)."""
-    cudagraphs: bool = False
+    with :attr:`cudagraphs` it is 3-6x faster (``benchmarks/README.md``). ``None``: see :attr:`speed`."""
+    cudagraphs: bool | None = None
     """Replay the PPO gradient step (loss and backward) as a CUDA graph (tensordict's ``CudaGraphModule``): the
     first two minibatches run eagerly and the third is captured, within the training loop. Needs a CUDA learner,
-    :attr:`compile`, and an MLP policy or the ``scan``/``triton`` ``policy.recurrent_backend`` (``pad`` splits
-    trajectories with data-dependent shapes, which a graph cannot replay)."""
+    :attr:`compile`, and an MLP policy or a ``policy.recurrent_backend`` other than ``pad`` (which splits
+    trajectories with data-dependent shapes, which a graph cannot replay). ``None``: see :attr:`speed`."""
     num_steps_per_env: int = MISSING
     max_iterations: int = MISSING
     save_interval: int = 50

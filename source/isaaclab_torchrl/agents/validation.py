@@ -18,6 +18,7 @@ from .torchrl_cfg import (
     RECURRENT_BACKENDS,
     RNN_TYPES,
     SCHEDULES,
+    SPEEDS,
     TRACKER_CLIENTS,
     TRACKERS,
     TorchRLPolicyCfg,
@@ -89,8 +90,48 @@ def _wandb_login_stored() -> bool:
     return any("wandb" in host for host in hosts)
 
 
+def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
+    """Gives the speed settings left at ``None`` their values for the config's devices (``agent.speed``), in place.
+
+    With ``speed="auto"``: on a CUDA learner the update is compiled and replayed as a CUDA graph; on a CUDA
+    simulation device the workers' inference is graphed and collection is asynchronous (lag-corrected PPO). On the
+    CPU, and with ``speed="off"``, everything stays plain and synchronous. Values set by the user are kept.
+    """
+    _one_of("agent.speed", agent_cfg.speed, SPEEDS)
+    fast = agent_cfg.speed == "auto"
+    cuda_simulation = str(agent_cfg.device).startswith("cuda")
+    cuda_learner = str(agent_cfg.train_device or agent_cfg.device).startswith("cuda")
+    collector = agent_cfg.collector
+    if agent_cfg.compile is None:
+        agent_cfg.compile = fast and cuda_learner and agent_cfg.cudagraphs is not False
+    if agent_cfg.cudagraphs is None:
+        agent_cfg.cudagraphs = fast and cuda_learner and agent_cfg.compile
+    if collector.cudagraph_policy is None:
+        collector.cudagraph_policy = fast and cuda_simulation
+    if collector.sync is None:
+        # asynchronous collection learned as well as synchronous at equal env steps on the GPU (learning.py, H200)
+        collector.sync = not (fast and cuda_simulation)
+    return agent_cfg
+
+
+def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
+    """One line that says how the resolved config trains (``scripts/train.py`` prints it at start)."""
+    collector, policy = agent_cfg.collector, agent_cfg.policy
+    update = "compiled + CUDA graph" if agent_cfg.cudagraphs else "compiled" if agent_cfg.compile else "eager"
+    if policy.rnn_type is not None:
+        update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend})"
+    workers = collector.num_collectors
+    storage = collector.storing_device or agent_cfg.device
+    return (
+        f"update: {update}; inference: {'CUDA graph' if collector.cudagraph_policy else 'eager'}; "
+        f"collection: {'sync' if collector.sync else 'async'}, {workers} worker{'s' if workers > 1 else ''}; "
+        f"batches stored on {storage}"
+    )
+
+
 def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
-    """Rejects training configurations that cannot train, before any simulator starts.
+    """Rejects training configurations that cannot train, before any simulator starts (after giving the speed
+    settings left at ``None`` their values, :func:`resolve_speed_settings`).
 
     Args:
         agent_cfg: The resolved agent config (``agent_cfg.device`` is the simulation device).
@@ -100,6 +141,7 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         ConfigError: naming the field and its allowed range.
     """
     collector, algo, policy = agent_cfg.collector, agent_cfg.algorithm, agent_cfg.policy
+    resolve_speed_settings(agent_cfg)
     validate_policy_cfg(policy)
     check_tracker(agent_cfg.logger)
     if agent_cfg.train_device is not None:
@@ -142,7 +184,7 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         if policy.rnn_type is not None and policy.recurrent_backend == "pad":
             raise ConfigError(
                 "agent.cudagraphs=true cannot replay the 'pad' recurrent backend (it splits trajectories into "
-                "data-dependent shapes); set agent.policy.recurrent_backend=triton (or scan) or "
+                "data-dependent shapes); set agent.policy.recurrent_backend=auto (or scan) or "
                 "agent.cudagraphs=false."
             )
         train_device = agent_cfg.train_device or agent_cfg.device

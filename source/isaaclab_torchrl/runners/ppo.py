@@ -51,7 +51,9 @@ class PPO:
     between the proximal policy and the one that acted.
 
     Args:
-        cfg: The runner configuration (its ``policy`` and ``algorithm`` and the speed options are read).
+        cfg: The runner configuration (its ``policy`` and ``algorithm`` and the speed options are read; a speed
+            option left at ``None`` is off: :func:`~isaaclab_torchrl.agents.validation.resolve_speed_settings`
+            gives them their values for the devices).
         interface: Observation groups and sizes of the task, and the action size.
         device: The learner's device.
         distributed: This rank's place in a data-parallel group, or ``None``.
@@ -114,7 +116,7 @@ class PPO:
             )
         self.communication_time = 0.0
         """Seconds spent in all-reduces since the last :meth:`update` began."""
-        self.lag_corrected = not cfg.collector.sync
+        self.lag_corrected = cfg.collector.sync is False
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One PPO update on a collected batch: GAE, then epochs of minibatches of whole trajectory slices.

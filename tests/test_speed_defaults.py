@@ -1,0 +1,67 @@
+"""The automatic speed settings (``agent.speed``): what the defaults resolve to on a CUDA device and on the CPU, the
+values a user sets are kept, and the start line says what was chosen. Config level only: CPU tests cannot time a
+GPU (the GPU runs are in ``benchmarks/README.md``)."""
+
+import pytest
+
+from isaaclab_torchrl.agents.rsl_rl_port import ported_agent
+from isaaclab_torchrl.agents.validation import resolve_speed_settings, speed_summary
+
+
+def _resolved(recurrent=False, **fields):
+    cfg = ported_agent("Isaac-Velocity-Flat-AnymalD", recurrent)
+    for path, value in fields.items():
+        *parents, name = path.split("__")
+        target = cfg
+        for parent in parents:
+            target = getattr(target, parent)
+        setattr(target, name, value)
+    return resolve_speed_settings(cfg)
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_defaults_are_the_fast_settings_on_a_gpu(recurrent):
+    cfg = _resolved(recurrent, device="cuda:0")
+    assert cfg.compile is True and cfg.cudagraphs is True
+    assert cfg.collector.cudagraph_policy is True and cfg.collector.sync is False
+    # torchrl's "auto" backend: cuDNN (pad) eagerly, a time loop a CUDA graph can replay inside the compiled update
+    assert cfg.policy.recurrent_backend == "auto"
+    line = speed_summary(cfg)
+    assert line.startswith("update: compiled + CUDA graph")
+    assert "inference: CUDA graph; collection: async, 1 worker; batches stored on cuda:0" in line
+    assert ("recurrent backend auto" in line) == recurrent
+
+
+def test_defaults_are_the_plain_settings_on_the_cpu():
+    cfg = _resolved(True, device="cpu")
+    assert cfg.compile is False and cfg.cudagraphs is False
+    assert cfg.collector.cudagraph_policy is False and cfg.collector.sync is True
+    assert speed_summary(cfg) == (
+        "update: eager (lstm, recurrent backend auto); inference: eager; collection: sync, 1 worker; "
+        "batches stored on cpu"
+    )
+
+
+def test_a_cpu_learner_next_to_a_gpu_simulation_gets_an_eager_update():
+    cfg = _resolved(device="cuda:0", train_device="cpu")
+    assert cfg.compile is False and cfg.cudagraphs is False
+    assert cfg.collector.cudagraph_policy is True and cfg.collector.sync is False
+
+
+def test_speed_off_and_the_users_own_values_are_kept():
+    cfg = _resolved(device="cuda:0", speed="off")
+    assert (cfg.compile, cfg.cudagraphs, cfg.collector.cudagraph_policy, cfg.collector.sync) == (
+        False,
+        False,
+        False,
+        True,
+    )
+    # one field set by the user; the others follow the automatic rule
+    cfg = _resolved(device="cuda:0", cudagraphs=False, collector__sync=True)
+    assert cfg.cudagraphs is False and cfg.compile is False  # compile alone is not worth its compilation time
+    assert cfg.collector.sync is True and cfg.collector.cudagraph_policy is True
+    cfg = _resolved(device="cuda:0", compile=False)
+    assert cfg.cudagraphs is False
+    # resolving twice changes nothing
+    again = resolve_speed_settings(cfg.copy())
+    assert again.to_dict() == cfg.to_dict()
