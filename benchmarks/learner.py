@@ -1,7 +1,7 @@
 """Time of the PPO learner's update alone (GAE, then epochs of minibatches) on synthetic batches (a benchmark).
 
     python benchmarks/learner.py --task Isaac-Cartpole-Direct --agent torchrl_lstm --num_envs 4096 --device cuda:0 \\
-        --variants default,agent.policy.recurrent_backend=triton,agent.compile=true+agent.cudagraphs=true \\
+        --variants default,agent.speed=off,agent.policy.recurrent_backend=pad+agent.cudagraphs=false \\
         [--profile] [--json out.json]
 
 No simulator: the batch is a rollout of the learner's own collection policy on random observations, with episode
@@ -30,12 +30,14 @@ TASK_SIZES = {"Isaac-Cartpole-Direct": (4, 1), "Isaac-Velocity-Flat-AnymalD": (4
 
 def make_learner(task: str, agent: str, device: str, overrides: list[str]):
     """The PPO learner of ``scripts/train.py`` for the task and agent, with the ``agent.*`` overrides."""
+    from isaaclab_torchrl.agents.validation import resolve_speed_settings
     from isaaclab_torchrl.cli import resolve_task
     from isaaclab_torchrl.models import EnvInterface
     from isaaclab_torchrl.runners import PPO
 
     args = argparse.Namespace(task=task, agent=agent, device=device, num_envs=None, seed=None)
     _, cfg = resolve_task(args, overrides)
+    resolve_speed_settings(cfg)  # agent.speed=auto: on a GPU, the compiled and graphed update
     obs_dim, action_dim = TASK_SIZES[task]
     interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, action_dim)
     torch.manual_seed(cfg.seed)
@@ -130,6 +132,7 @@ def main():
     parser.add_argument("--done_prob", type=float, default=0.02)
     parser.add_argument("--variants", default="default")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--timeout", type=float, default=600, help="Seconds one variant may take.")
     parser.add_argument("--json")
     args = parser.parse_args()
     context = multiprocessing.get_context("spawn")  # a fresh process per variant: no compiled state carries over
@@ -138,8 +141,13 @@ def main():
         queue = context.Queue()
         process = context.Process(target=run_in_child, args=(args, variant, queue))
         process.start()
-        process.join()
-        if process.exitcode != 0 or queue.empty():
+        process.join(args.timeout)
+        if process.is_alive():  # a variant that compiles or runs for too long is reported, not waited for
+            process.kill()
+            process.join()
+            print(f"{variant}: not finished within {args.timeout:.0f} s", flush=True)
+            results.append({"variant": variant, "timed_out_s": args.timeout})
+        elif process.exitcode != 0 or queue.empty():
             print(f"{variant}: failed (exit code {process.exitcode}, its traceback above)", flush=True)
             results.append({"variant": variant, "exitcode": process.exitcode})
         else:

@@ -38,35 +38,28 @@ TRAINING_RUNS = {
     "isaaclab_torchrl": [ISAACLAB_TRAIN, "--rl_library", "torchrl"],
 }
 for network in ("mlp", "lstm"):
+    agent = [TRAIN_SCRIPT, "--agent", "torchrl" if network == "mlp" else "torchrl_lstm"]
+    # what a user gets (agent.speed=auto: on a GPU, compiled + graphed update, graphed inference, async collection)
+    TRAINING_RUNS[f"torchrl_{network}_default"] = agent
     for mode in ("sync", "async"):
-        base = [TRAIN_SCRIPT, "--agent", "torchrl" if network == "mlp" else "torchrl_lstm"]
-        base += ["--async"] if mode == "async" else []
+        base = [*agent, "agent.collector.sync=" + ("true" if mode == "sync" else "false")]
         TRAINING_RUNS[f"torchrl_{network}_{mode}"] = base
         # four collector subprocesses share the device, each with a quarter of the environments
         TRAINING_RUNS[f"torchrl_{network}_{mode}_x4"] = [*base, "--num_collectors", "4"]
-        TRAINING_RUNS[f"torchrl_{network}_{mode}_compiled"] = [*base, "agent.compile=true"]
         # without the per-minibatch NaN check (its host sync), to measure what it costs
         TRAINING_RUNS[f"torchrl_{network}_{mode}_nocheck"] = [*base, "agent.check_for_nan=false"]
-        # the update compiled and replayed as a CUDA graph (an LSTM needs a graph-friendly backend), and also the
-        # workers' policy inference
-        graphs = ["agent.compile=true", "agent.cudagraphs=true"]
-        graphs += ["agent.policy.recurrent_backend=triton"] if network == "lstm" else []
-        TRAINING_RUNS[f"torchrl_{network}_{mode}_graphs"] = [*base, *graphs]
-        TRAINING_RUNS[f"torchrl_{network}_{mode}_graphs_policy"] = [
-            *base,
-            *graphs,
-            "agent.collector.cudagraph_policy=true",
-        ]
+        # eager update and inference (agent.speed=off): the settings before they became the GPU defaults
+        TRAINING_RUNS[f"torchrl_{network}_{mode}_plain"] = [*base, "agent.speed=off"]
+        # the batches sent through host memory (agent.collector.storing_device; the default keeps them on the GPU)
+        TRAINING_RUNS[f"torchrl_{network}_{mode}_host_storage"] = [*base, "agent.collector.storing_device=cpu"]
 ZERO_ACTION_RUNS = ("zero_action_raw", "zero_action_wrapper")
 ALL_RUNS = ZERO_ACTION_RUNS + tuple(TRAINING_RUNS)
 DEFAULT_RUNS = (
     *ZERO_ACTION_RUNS,
     "rsl_rl",
     "isaaclab_torchrl",
-    "torchrl_mlp_sync",
-    "torchrl_mlp_async",
-    "torchrl_lstm_sync",
-    "torchrl_lstm_async",
+    "torchrl_mlp_default",
+    "torchrl_lstm_default",
 )
 LEARNING_TIME_TAG = "Perf/learning_time"
 COLLECTION_TIME_TAGS = ("Perf/collection time", "Perf/collection_time")

@@ -85,6 +85,10 @@ class Collection:
             raise
         except Exception as exc:  # torchrl stops the collector when a worker dies or is killed
             raise self._watchdog.failure(exc) from exc
+        if rollout.device is not None and rollout.device.type == "cuda":
+            # an asynchronous collector clones the worker's CUDA buffer on this stream and at once lets the worker
+            # collect into it again: the copy must be complete before that worker can finish its next rollout
+            torch.cuda.current_stream(rollout.device).synchronize()
         self._watchdog.batch_received()
         return rollout
 
@@ -119,18 +123,20 @@ class Collection:
                     process.join(timeout=5)
         self._collector = None
 
+    def rollout_hook(self) -> PublishRollout:
+        """What each worker runs on a finished rollout before handing it to the learner."""
+        return PublishRollout()
+
     def _make_collector(self) -> MultiSyncCollector | MultiAsyncCollector:
         cfg = self.cfg
         sync = cfg.collector.sync
         frames_per_worker = [factory.num_envs * cfg.num_steps_per_env for factory in self.env_factories]
-        storing_device = cfg.collector.storing_device
-        if storing_device is None:
-            # batches collected on a GPU go through host memory: with torchrl 0.14.1, rollouts left in the
-            # workers' shared CUDA buffers were corrupted on an H200 (asynchronous Cartpole: NaN observations, an
-            # illegal memory access; synchronous ANYmal: illegal memory access and SIGSEGV in the worker in its
-            # first iterations), while host-stored batches ran cleanly in both
-            storing_device = "cpu" if torch.device(cfg.device).type == "cuda" else cfg.device
+        # on a GPU the batches stay there: before the hand-over rules below (no torchrl streams, the worker's wait in
+        # PublishRollout, the learner's wait in _next_rollout), CUDA-stored rollouts were corrupted on an H200 (NaN
+        # observations, illegal memory accesses); with them, benchmarks/storage_proof.py found every batch intact
+        storing_device = cfg.collector.storing_device or cfg.device
         collector_class = MultiSyncCollector if sync else MultiAsyncCollector
+        on_cuda = torch.device(cfg.device).type == "cuda"
         return collector_class(
             create_env_fn=self.env_factories,
             policy=self.policy,
@@ -145,5 +151,21 @@ class Collection:
             track_policy_version=True,
             auto_register_policy_transforms=True,
             init_fn=init_worker,
+            post_collect_hook=self.rollout_hook(),
+            # the rollout stays on the stream Isaac Lab steps on (torchrl's own streams do not wait for the
+            # simulator's); the hook above orders the hand-over instead
+            no_cuda_sync=on_cuda,
             **({"cat_results": "stack"} if sync else {}),
         )
+
+
+class PublishRollout:
+    """A worker's last step of each rollout before the learner may read it (torchrl's ``post_collect_hook``).
+
+    A CUDA rollout is written into the buffer shared with the learner by kernels that may still be queued when
+    torchrl signals the learner; the worker waits for them here.
+    """
+
+    def __call__(self, rollout: TensorDictBase) -> None:
+        if rollout.device is not None and rollout.device.type == "cuda":
+            torch.cuda.current_stream(rollout.device).synchronize()

@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
+from ..agents.validation import resolve_speed_settings
 from ..envs import IsaacLabEnvFactory
 from ..models import EnvInterface
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -36,6 +37,9 @@ class TorchRLRunner:
         distributed: This rank's place in a data-parallel group, or ``None``.
     """
 
+    collection_class = Collection
+    """The collector workers' class (``benchmarks/storage_proof.py`` runs one that checksums every batch)."""
+
     def __init__(
         self,
         env_factories: list[IsaacLabEnvFactory],
@@ -44,7 +48,7 @@ class TorchRLRunner:
         log_dir: str | None,
         distributed: DistributedContext | None = None,
     ):
-        self.cfg = cfg
+        self.cfg = resolve_speed_settings(cfg)  # done already where the config came through validate_agent_cfg
         self.env_factories = env_factories
         self.interface = interface
         self.log_dir = log_dir
@@ -79,7 +83,10 @@ class TorchRLRunner:
         policy = self.learner.collection_policy
         stopped = False
         try:
-            with StopSignals() as stop, Collection(self.cfg, self.env_factories, policy, self.interface) as workers:
+            with (
+                StopSignals() as stop,
+                self.collection_class(self.cfg, self.env_factories, policy, self.interface) as workers,
+            ):
                 for batch in workers:
                     if self.distributed is not None and self.iteration == start_iteration:
                         # each rank collects its own data: this line shows that they differ
