@@ -24,12 +24,12 @@ def test_defaults_are_the_fast_settings_on_a_gpu(recurrent):
     cfg = _resolved(recurrent, device="cuda:0")
     assert cfg.compile is True and cfg.cudagraphs is True
     assert cfg.collector.cudagraph_policy is True and cfg.collector.sync is False
-    # torchrl's "auto" backend: cuDNN (pad) eagerly, a time loop a CUDA graph can replay inside the compiled update
-    assert cfg.policy.recurrent_backend == "auto"
+    # a time loop with the episode starts as a mask, which the CUDA graph can replay (pad splits into new shapes)
+    assert cfg.policy.recurrent_backend == "scan"
     line = speed_summary(cfg)
     assert line.startswith("update: compiled + CUDA graph")
     assert "inference: CUDA graph; collection: async, 1 worker; batches stored on cuda:0" in line
-    assert ("recurrent backend auto" in line) == recurrent
+    assert ("recurrent backend scan" in line) == recurrent
 
 
 def test_defaults_are_the_plain_settings_on_the_cpu():
@@ -37,7 +37,7 @@ def test_defaults_are_the_plain_settings_on_the_cpu():
     assert cfg.compile is False and cfg.cudagraphs is False
     assert cfg.collector.cudagraph_policy is False and cfg.collector.sync is True
     assert speed_summary(cfg) == (
-        "update: eager (lstm, recurrent backend auto); inference: eager; collection: sync, 1 worker; "
+        "update: eager (lstm, recurrent backend pad); inference: eager; collection: sync, 1 worker; "
         "batches stored on cpu"
     )
 
@@ -60,8 +60,10 @@ def test_speed_off_and_the_users_own_values_are_kept():
     cfg = _resolved(device="cuda:0", cudagraphs=False, collector__sync=True)
     assert cfg.cudagraphs is False and cfg.compile is False  # compile alone is not worth its compilation time
     assert cfg.collector.sync is True and cfg.collector.cudagraph_policy is True
-    cfg = _resolved(device="cuda:0", compile=False)
-    assert cfg.cudagraphs is False
+    cfg = _resolved(True, device="cuda:0", compile=False)
+    assert cfg.cudagraphs is False and cfg.policy.recurrent_backend == "pad"
+    cfg = _resolved(True, device="cuda:0", policy__recurrent_backend="triton")
+    assert cfg.cudagraphs is True and cfg.policy.recurrent_backend == "triton"
     # resolving twice changes nothing
     again = resolve_speed_settings(cfg.copy())
     assert again.to_dict() == cfg.to_dict()

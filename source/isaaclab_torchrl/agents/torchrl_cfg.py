@@ -31,9 +31,11 @@ class TorchRLPolicyCfg:
     rnn_hidden_size: int = 256
     rnn_num_layers: int = 1
     recurrent_backend: str = "auto"
-    """Backend of the recurrent layers over whole trajectory slices (GAE and the update): ``"auto"`` (torchrl's:
-    ``"pad"`` eagerly, ``"scan"`` inside the compiled update), ``"pad"`` (cuDNN over trajectories split at resets),
-    ``"scan"`` (a time loop; eagerly far slower on a GPU) or ``"triton"``. Collection steps them one at a time."""
+    """Backend of the recurrent layers over whole trajectory slices (GAE and the update): ``"pad"`` (cuDNN over
+    trajectories split at episode starts; a CUDA graph cannot replay it), ``"scan"`` (a time loop with the starts
+    as a mask: the graphed update uses it; eagerly its backward is far slower on a GPU) or ``"triton"``.
+    ``"auto"``: ``"scan"`` where the update is a CUDA graph, else ``"pad"`` (set with the speed settings, see
+    :attr:`TorchRLRunnerCfg.speed`). Collection steps them one step at a time."""
     actor_hidden_dims: list[int] = MISSING
     critic_hidden_dims: list[int] = MISSING
     activation: str = "elu"

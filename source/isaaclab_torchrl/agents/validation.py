@@ -93,7 +93,8 @@ def _wandb_login_stored() -> bool:
 def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
     """Gives the speed settings left at ``None`` their values for the config's devices (``agent.speed``), in place.
 
-    With ``speed="auto"``: on a CUDA learner the update is compiled and replayed as a CUDA graph; on a CUDA
+    With ``speed="auto"``: on a CUDA learner the update is compiled and replayed as a CUDA graph (recurrent layers
+    with the ``scan`` backend, which a graph can replay; elsewhere ``pad``); on a CUDA
     simulation device the workers' inference is graphed and collection is asynchronous (lag-corrected PPO). On the
     CPU, and with ``speed="off"``, everything stays plain and synchronous. Values set by the user are kept.
     """
@@ -108,6 +109,9 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
         agent_cfg.cudagraphs = fast and cuda_learner and agent_cfg.compile
     if collector.cudagraph_policy is None:
         collector.cudagraph_policy = fast and cuda_simulation
+    if agent_cfg.policy.recurrent_backend == "auto":
+        # torchrl's scan needs its backward checked before torch.compile, which it does for an explicit "scan" only
+        agent_cfg.policy.recurrent_backend = "scan" if agent_cfg.cudagraphs else "pad"
     if collector.sync is None:
         # asynchronous collection learned as well as synchronous at equal env steps on the GPU (learning.py, H200)
         collector.sync = not (fast and cuda_simulation)
