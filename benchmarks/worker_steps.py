@@ -1,0 +1,133 @@
+"""Where a collector worker's time goes, per env step (a benchmark): one process holds what a worker holds.
+
+    python benchmarks/worker_steps.py --task Isaac-Velocity-Flat-AnymalD --agent torchrl_lstm --num_envs 4096 \\
+        --device cuda:0 [--steps 200] [--json out.json] [agent.collector.storing_device=cpu ...]
+
+It simulates ``--task`` with the agent's collection policy, resolved as ``scripts/train.py`` resolves it (so on a
+GPU with the graphed inference and the batches on the GPU, unless overridden), and reports milliseconds per env
+step of:
+
+* ``simulator``: Isaac Lab's own ``env.step`` with Gaussian actions of std 1 (an untrained policy's), no wrapper;
+* ``wrapper``: the same through this project's torchrl env (observation groups, final observations, episode logs);
+* ``inference``: the collection policy alone on one step's observations (a CUDA graph when the config says so);
+* ``collector``: torchrl's single-process collector with the runner's settings (``compact_obs``, ``no_cuda_sync``
+  on a GPU, the storing device, graphed inference), one rollout of ``num_steps_per_env`` steps at a time: the
+  worker's loop without the hand-over to the learner; ``bookkeeping`` is what it adds to wrapper + inference;
+* ``storage``: copying one rollout to the host (what ``storing_device=cpu`` adds per step, in bulk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+from tensordict.nn import CudaGraphModule
+from torchrl.collectors import Collector
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
+from isaaclab_torchrl.agents.validation import validate_agent_cfg
+from isaaclab_torchrl.cli import add_task_args, launcher_args, parse_args, resolve_task
+from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
+from isaaclab_torchrl.models import CollectionPolicyFactory
+
+
+def per_step_ms(step, steps: int, synchronize, warmup: int = 20) -> float:
+    """Milliseconds per call of ``step`` after ``warmup`` calls, the device's queue drained at both ends."""
+    for _ in range(warmup):
+        step()
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize()
+    return (time.perf_counter() - start) * 1e3 / steps
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_task_args(parser)
+    parser.add_argument("--steps", type=int, default=200, help="Env steps timed per part.")
+    parser.add_argument("--json", default=None)
+    args, hydra_args = parse_args(parser, argv)
+    env_cfg, agent_cfg = resolve_task(args, hydra_args)
+    validate_agent_cfg(agent_cfg, env_cfg.scene.num_envs)
+    device = torch.device(agent_cfg.device)
+    synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    factory = IsaacLabEnvFactory(
+        args.task,
+        env_cfg,
+        launcher_args(args),
+        num_envs=env_cfg.scene.num_envs,
+        seed=agent_cfg.seed,
+        clip_actions=agent_cfg.clip_actions,
+        obs_groups=agent_cfg.obs_groups,
+        random_episode_start=agent_cfg.init_at_random_ep_len,
+    )
+    interface = probe_env_interface(factory)
+    env = factory()
+    policy = CollectionPolicyFactory(agent_cfg.policy, interface, agent_cfg.device)()
+    results = {"task": args.task, "num_envs": env_cfg.scene.num_envs, "device": str(device), "overrides": hydra_args}
+
+    gym_env = env.base_env.env  # Isaac Lab's env under the torchrl wrapper
+    actions = torch.randn(gym_env.action_space.shape, device=device)
+    results["simulator"] = per_step_ms(lambda: gym_env.step(torch.randn_like(actions)), args.steps, synchronize)
+
+    state = {"td": env.reset()}
+
+    def wrapper_step():
+        state["td"]["action"] = torch.randn(env.action_spec.shape, device=device)
+        _, state["td"] = env.step_and_maybe_reset(state["td"])
+
+    results["wrapper"] = per_step_ms(wrapper_step, args.steps, synchronize)
+
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        observation = env.reset()
+        # the episode-start flag a recurrent policy reads (the collector's InitTracker writes it)
+        observation["is_init"] = torch.zeros((*env.batch_size, 1), dtype=torch.bool, device=device)
+        first = policy(observation.clone())
+        if "next" in first.keys():  # a recurrent policy's state, as the collector's state primers start it
+            observation.update(first["next"].apply(torch.zeros_like))
+        graphed = agent_cfg.collector.cudagraph_policy
+        run = CudaGraphModule(policy, in_keys=[], out_keys=[], device=device) if graphed else policy
+        results["inference"] = per_step_ms(lambda: run(observation.clone()), args.steps, synchronize)
+
+    rollout_steps = agent_cfg.num_steps_per_env
+    collector = Collector(
+        env,
+        policy,
+        frames_per_batch=env_cfg.scene.num_envs * rollout_steps,
+        total_frames=-1,
+        device=device,
+        storing_device=agent_cfg.collector.storing_device or device,
+        compact_obs=True,
+        cudagraph_policy=agent_cfg.collector.cudagraph_policy,
+        no_cuda_sync=device.type == "cuda",
+        auto_register_policy_transforms=True,
+    )
+    rollouts = iter(collector)
+    held = {}
+
+    def collect():
+        held["rollout"] = next(rollouts)
+
+    per_rollout = per_step_ms(collect, max(1, args.steps // rollout_steps), synchronize, warmup=3)
+    results["collector"] = per_rollout / rollout_steps
+    results["bookkeeping"] = results["collector"] - results["wrapper"] - results["inference"]
+    rollout = held["rollout"]
+    results["storage"] = per_step_ms(lambda: rollout.to("cpu"), 5, synchronize, warmup=1) / rollout_steps
+    collector.shutdown()
+    env.close()
+    print("ms per env step: " + ", ".join(f"{k} {v:.3f}" for k, v in results.items() if isinstance(v, float)))
+    print(f"RESULT {json.dumps(results)}", flush=True)
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump(results, file, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
