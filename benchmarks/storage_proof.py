@@ -25,7 +25,7 @@ from tensordict import TensorDictBase
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl.agents.validation import validate_agent_cfg
 from isaaclab_torchrl.cli import add_task_args, launcher_args, parse_args, resolve_task
-from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
+from isaaclab_torchrl.envs import make_env_factories, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner
 from isaaclab_torchrl.runners.collection import Collection, PublishRollout
 
@@ -120,20 +120,8 @@ def main(argv: list[str]) -> int:
     agent_cfg.collector.sync = not args.async_collection
     agent_cfg.check_for_nan = True
     validate_agent_cfg(agent_cfg, env_cfg.scene.num_envs)
-    workers = agent_cfg.collector.num_collectors
-    factories = [
-        IsaacLabEnvFactory(
-            args.task,
-            env_cfg,
-            launcher_args(args),
-            num_envs=env_cfg.scene.num_envs // workers,
-            seed=agent_cfg.seed + index,
-            clip_actions=agent_cfg.clip_actions,
-            obs_groups=agent_cfg.obs_groups,
-            random_episode_start=agent_cfg.init_at_random_ep_len,
-        )
-        for index in range(workers)
-    ]
+    env_cfgs = [env_cfg] * agent_cfg.collector.num_collectors
+    factories = make_env_factories(args.task, env_cfgs, agent_cfg, launcher_args(args))
     with tempfile.TemporaryDirectory() as folder:
         CheckedCollection.folder = folder
         runner = CheckedRunner(factories, probe_env_interface(factories[0]), agent_cfg, log_dir=None)

@@ -31,7 +31,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl.agents.validation import validate_agent_cfg
 from isaaclab_torchrl.cli import add_task_args, launcher_args, parse_args, resolve_task
-from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
+from isaaclab_torchrl.envs import make_env_factories, probe_env_interface
 from isaaclab_torchrl.models import CollectionPolicyFactory
 
 
@@ -57,16 +57,7 @@ def main(argv: list[str]) -> int:
     validate_agent_cfg(agent_cfg, env_cfg.scene.num_envs)
     device = torch.device(agent_cfg.device)
     synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    factory = IsaacLabEnvFactory(
-        args.task,
-        env_cfg,
-        launcher_args(args),
-        num_envs=env_cfg.scene.num_envs,
-        seed=agent_cfg.seed,
-        clip_actions=agent_cfg.clip_actions,
-        obs_groups=agent_cfg.obs_groups,
-        random_episode_start=agent_cfg.init_at_random_ep_len,
-    )
+    factory = make_env_factories(args.task, [env_cfg], agent_cfg, launcher_args(args))[0]
     interface = probe_env_interface(factory)
     env = factory()
     policy = CollectionPolicyFactory(agent_cfg.policy, interface, agent_cfg.device)()

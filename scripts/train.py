@@ -33,7 +33,7 @@ from isaaclab_torchrl.cli import (
     parse_args,
     resolve_task,
 )
-from isaaclab_torchrl.envs import IsaacLabEnvFactory, probe_env_interface
+from isaaclab_torchrl.envs import make_env_factories, probe_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint
 from isaaclab_torchrl.runners.code_state import store_code_state
 from isaaclab_torchrl.runners.distributed import init_distributed, parameter_checksum
@@ -180,20 +180,8 @@ def main(argv: list[str]) -> int:
     # the first worker records the video (with --video); the others step the same config without a recorder
     silent_env_cfg = copy.deepcopy(env_cfg)
     silent_env_cfg.video_recorders = []
-    factories = [
-        IsaacLabEnvFactory(
-            args.task,
-            env_cfg if index == 0 else silent_env_cfg,
-            launcher_args(args),
-            num_envs=env_cfg.scene.num_envs // num_collectors,
-            seed=agent_cfg.seed + index,
-            clip_actions=agent_cfg.clip_actions,
-            obs_groups=agent_cfg.obs_groups,
-            random_episode_start=agent_cfg.init_at_random_ep_len,
-            external_callback=args.external_callback,
-        )
-        for index in range(num_collectors)
-    ]
+    env_cfgs = [env_cfg] + [silent_env_cfg] * (num_collectors - 1)
+    factories = make_env_factories(args.task, env_cfgs, agent_cfg, launcher_args(args), args.external_callback)
     interface = probe_env_interface(factories[0])
 
     runner = TorchRLRunner(factories, interface, agent_cfg, log_dir, distributed=context)

@@ -21,6 +21,16 @@ ITERATION = re.compile(r"\[torchrl\] it +(\d+)/")
 WORKERS = re.compile(r"\[torchrl\] collector workers: (.*)")
 
 
+def set_fields(cfg, values: dict) -> None:
+    """Sets config fields by dotted path (``{"collector.sync": True}``), as Hydra overrides name them."""
+    for path, value in values.items():
+        *parents, name = path.split(".")
+        target = cfg
+        for parent in parents:
+            target = getattr(target, parent)
+        setattr(target, name, value)
+
+
 def worker_pids(output: str) -> dict[int, int]:
     """Collector index -> pid, from the line the runner prints when its workers start."""
     (line,) = WORKERS.findall(output)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 import isaaclab_torchrl  # noqa: F401  (registers the tasks the agents are ported from)
-from conftest import CPU_ARGS, run_script, script_env
+from conftest import CPU_ARGS, run_script, script_env, set_fields
 from isaaclab_torchrl.agents import ported_agent
 from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
 
@@ -111,12 +111,7 @@ SPEED_OPTION_CASES = {
 def test_incompatible_speed_options_are_rejected(case):
     recurrent, overrides, message = SPEED_OPTION_CASES[case]
     agent_cfg = ported_agent("Isaac-Cartpole-Direct", recurrent)
-    for path, value in overrides.items():
-        *parents, name = path.split(".")
-        target = agent_cfg
-        for parent in parents:
-            target = getattr(target, parent)
-        setattr(target, name, value)
+    set_fields(agent_cfg, overrides)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         validate_agent_cfg(agent_cfg, num_envs=64)
     # the same options in the combination that works pass the check

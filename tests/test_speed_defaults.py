@@ -4,18 +4,15 @@ GPU (the GPU runs are in ``benchmarks/README.md``)."""
 
 import pytest
 
+from conftest import set_fields
 from isaaclab_torchrl.agents.rsl_rl_port import ported_agent
 from isaaclab_torchrl.agents.validation import resolve_speed_settings, speed_summary
 
 
 def _resolved(recurrent=False, **fields):
+    """The ANYmal agent with ``fields`` set (``collector__sync`` for ``collector.sync``), speed settings resolved."""
     cfg = ported_agent("Isaac-Velocity-Flat-AnymalD", recurrent)
-    for path, value in fields.items():
-        *parents, name = path.split("__")
-        target = cfg
-        for parent in parents:
-            target = getattr(target, parent)
-        setattr(target, name, value)
+    set_fields(cfg, {path.replace("__", "."): value for path, value in fields.items()})
     return resolve_speed_settings(cfg)
 
 

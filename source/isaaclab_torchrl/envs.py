@@ -234,6 +234,29 @@ class IsaacLabEnvFactory:
         return TransformedEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
 
 
+def make_env_factories(
+    task: str, env_cfgs: list, agent_cfg, launcher_args: dict, external_callback: str | None = None
+) -> list[IsaacLabEnvFactory]:
+    """One factory per collector worker: worker ``i`` simulates ``env_cfgs[i]`` with an equal share of the first
+    config's environments and the seed ``agent_cfg.seed + i``, with the agent's action clipping, observation groups
+    and random episode starts."""
+    num_envs = env_cfgs[0].scene.num_envs // len(env_cfgs)
+    return [
+        IsaacLabEnvFactory(
+            task,
+            env_cfg,
+            launcher_args,
+            num_envs=num_envs,
+            seed=agent_cfg.seed + index,
+            clip_actions=agent_cfg.clip_actions,
+            obs_groups=agent_cfg.obs_groups,
+            random_episode_start=agent_cfg.init_at_random_ep_len,
+            external_callback=external_callback,
+        )
+        for index, env_cfg in enumerate(env_cfgs)
+    ]
+
+
 def env_interface(env) -> EnvInterface:
     """Reads the observation groups of actor and critic, their sizes and the action size from a wrapped env."""
     obs_spec = env.observation_spec
