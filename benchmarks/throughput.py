@@ -175,8 +175,9 @@ def training_command(name: str, args: argparse.Namespace) -> list[str]:
     return cmd
 
 
-def run_summary(run_dir: str, warmup: int) -> dict:
-    """Steady-state steps/s, mean collection/learning time and the last mean return of a finished run."""
+def run_summary(run_dir: str, warmup: int, started: float) -> dict:
+    """Steady-state steps/s, mean collection/learning time, the last mean return of a finished run and the seconds
+    from its start (``started``, epoch seconds) to its first logged iteration."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
@@ -197,6 +198,7 @@ def run_summary(run_dir: str, warmup: int) -> dict:
         "env_steps": round(steps) * last.step,
         "collection_s": statistics.fmean(e.value for e in collection[warmup:]),
         "learning_s": statistics.fmean(e.value for e in events[warmup:]),
+        "first_iteration_s": events[0].wall_time - started,
     }
     if "Train/mean_reward" in tags:
         summary["mean_return"] = accumulator.Scalars("Train/mean_reward")[-1].value
@@ -213,7 +215,7 @@ def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
         cmd += ["--zero_action_steps", str(args.zero_action_steps)]
     else:
         cmd = training_command(name, args)
-    start = time.perf_counter()
+    start, started = time.perf_counter(), time.time()
     with open(os.path.join(workdir, "output.log"), "w") as log:
         try:
             process = subprocess.run(
@@ -232,7 +234,7 @@ def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
             result.update(json.loads(line[len("RESULT ") :]))
         else:
             events = glob.glob(os.path.join(workdir, "logs", "**", "events.out.tfevents.*"), recursive=True)
-            result.update(run_summary(os.path.dirname(max(events, key=os.path.getmtime)), args.warmup))
+            result.update(run_summary(os.path.dirname(max(events, key=os.path.getmtime)), args.warmup, started))
     except (StopIteration, ValueError, RuntimeError) as exc:
         result["error"] = str(exc)
     return result
@@ -246,9 +248,9 @@ def print_table(results: list[dict]) -> None:
     names = list(dict.fromkeys(r["run"] for r in results))
     reference, zero_action = median("rsl_rl", "steps_per_s"), median("zero_action_raw", "steps_per_s")
     columns = ["run", "steps/s", "vs rsl_rl", "vs zero-action", "collect s/it", "learn s/it", "mean return"]
-    columns += ["after steps", "lag", "ok"]
+    columns += ["after steps", "lag", "first it s", "ok"]
     print("| " + " | ".join(columns) + " |")
-    print("|---" * 10 + "|")
+    print("|---" * len(columns) + "|")
     for name in names:
         fps = median(name, "steps_per_s")
         cells = [name, f"{fps:,.0f}" if fps else "failed"]
@@ -260,6 +262,7 @@ def print_table(results: list[dict]) -> None:
             ("mean_return", "{:.2f}"),
             ("env_steps", "{:,.0f}"),
             ("policy_lag", "{:.1f}"),
+            ("first_iteration_s", "{:.0f}"),
         ):
             value = median(name, key)
             cells.append(fmt.format(value) if value is not None else "")

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import copy
 import inspect
+import logging
 import os
 import sys
 import tempfile
@@ -137,6 +138,8 @@ def record_training_video(env_cfg, log_dir: str, args: argparse.Namespace) -> No
 
 
 def main(argv: list[str]) -> int:
+    # torch 2.11's scan partitioner sets its own logger to DEBUG: ~100 lines of graphs when the scan backend is built
+    logging.getLogger("torch._higher_order_ops.partitioner").setLevel(logging.WARNING)
     args, hydra_args = parse_args(make_parser(), argv)
     context = None
     try:

@@ -42,6 +42,11 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "--train_device", "cuda:3"],
         "--train_device 'cuda:3' does not exist",
     ),
+    "recomputed steps with the pad recurrent backend": (
+        True,
+        {"device": "cpu", "policy.recurrent_recompute": "full"},
+        "agent.policy.recurrent_recompute=full needs agent.policy.recurrent_backend=scan",
+    ),
     "CUDA graphs on a CPU learner": (
         ["--task", "Isaac-Cartpole-Direct", "agent.compile=true", "agent.cudagraphs=true"],
         "agent.cudagraphs=true needs a CUDA learner, got the device 'cpu'",
@@ -89,6 +94,11 @@ SPEED_OPTION_CASES = {
         {"device": "cuda:0", "compile": True, "cudagraphs": True, "policy.recurrent_backend": "pad"},
         "cannot replay the 'pad' recurrent backend",
     ),
+    "recomputed steps with the pad recurrent backend": (
+        True,
+        {"device": "cpu", "policy.recurrent_recompute": "full"},
+        "agent.policy.recurrent_recompute=full needs agent.policy.recurrent_backend=scan",
+    ),
     "CUDA graphs on a CPU learner": (
         False,
         {"device": "cuda:0", "train_device": "cpu", "compile": True, "cudagraphs": True},
@@ -117,6 +127,7 @@ def test_incompatible_speed_options_are_rejected(case):
     # the same options in the combination that works pass the check
     agent_cfg.compile = agent_cfg.cudagraphs = False
     agent_cfg.collector.cudagraph_policy = False
+    agent_cfg.policy.recurrent_recompute = None
     agent_cfg.speed = "auto"
     validate_agent_cfg(agent_cfg, num_envs=64)
 

@@ -191,10 +191,17 @@ def _learner_parameters(learner: PPO) -> list[torch.Tensor]:
     return found
 
 
-@pytest.mark.parametrize("rnn_type", [None, "lstm"])
-def test_one_update_equals_a_plain_pytorch_ppo_step(rnn_type):
+@pytest.mark.parametrize(
+    ("rnn_type", "backend"),
+    # the GPU's graphed update runs scan's steps recomputed in the backward pass; eager on the CPU, it must agree
+    [(None, "auto"), ("lstm", "auto"), ("lstm", "scan")],
+)
+def test_one_update_equals_a_plain_pytorch_ppo_step(rnn_type, backend):
     torch.manual_seed(0)
-    learner = PPO(_cfg(rnn_type), EnvInterface(("policy",), OBS, ("policy",), OBS, ACT), "cpu")
+    cfg = _cfg(rnn_type)
+    if backend == "scan":
+        cfg.policy.recurrent_backend, cfg.policy.recurrent_recompute = "scan", "full"
+    learner = PPO(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, ACT), "cpu")
     batch = _batch(rnn_type)
     expected_parameters, expected_stats = _reference_update(learner, batch)
     initial = [p.detach().clone() for p in _learner_parameters(learner)]

@@ -22,17 +22,19 @@ def test_defaults_are_the_fast_settings_on_a_gpu(recurrent):
     assert cfg.compile is True and cfg.cudagraphs is True
     assert cfg.collector.cudagraph_policy is True and cfg.collector.sync is False
     # a time loop with the episode starts as a mask, which the CUDA graph can replay (pad splits into new shapes)
-    assert cfg.policy.recurrent_backend == "scan"
+    # as Python steps recomputed in the backward pass, which torch.compile traces faster than the scan operator
+    assert cfg.policy.recurrent_backend == "scan" and cfg.policy.recurrent_recompute == "full"
     line = speed_summary(cfg)
     assert line.startswith("update: compiled + CUDA graph")
     assert "inference: CUDA graph; collection: async, 1 worker; batches stored on cuda:0" in line
-    assert ("recurrent backend scan" in line) == recurrent
+    assert ("recurrent backend scan, steps recomputed" in line) == recurrent
 
 
 def test_defaults_are_the_plain_settings_on_the_cpu():
     cfg = _resolved(True, device="cpu")
     assert cfg.compile is False and cfg.cudagraphs is False
     assert cfg.collector.cudagraph_policy is False and cfg.collector.sync is True
+    assert cfg.policy.recurrent_backend == "pad" and cfg.policy.recurrent_recompute == "none"
     assert speed_summary(cfg) == (
         "update: eager (lstm, recurrent backend pad); inference: eager; collection: sync, 1 worker; "
         "batches stored on cpu"
@@ -61,6 +63,9 @@ def test_speed_off_and_the_users_own_values_are_kept():
     assert cfg.cudagraphs is False and cfg.policy.recurrent_backend == "pad"
     cfg = _resolved(True, device="cuda:0", policy__recurrent_backend="triton")
     assert cfg.cudagraphs is True and cfg.policy.recurrent_backend == "triton"
+    assert cfg.policy.recurrent_recompute == "none"
+    cfg = _resolved(True, device="cuda:0", policy__recurrent_recompute="none")
+    assert cfg.policy.recurrent_backend == "scan" and cfg.policy.recurrent_recompute == "none"
     # resolving twice changes nothing
     again = resolve_speed_settings(cfg.copy())
     assert again.to_dict() == cfg.to_dict()

@@ -91,6 +91,7 @@ def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name:
             hidden_size=cfg.rnn_hidden_size,
             num_layers=cfg.rnn_num_layers,
             recurrent_backend=cfg.recurrent_backend,
+            recurrent_recompute=cfg.recurrent_recompute or "none",  # unresolved: torchrl's default
             in_keys=[in_key, f"{name}_h", f"{name}_c"],
             out_keys=[f"{name}_features", ("next", f"{name}_h"), ("next", f"{name}_c")],
             device=device,
@@ -100,6 +101,7 @@ def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name:
         hidden_size=cfg.rnn_hidden_size,
         num_layers=cfg.rnn_num_layers,
         recurrent_backend=cfg.recurrent_backend,
+        recurrent_recompute=cfg.recurrent_recompute or "none",  # unresolved: torchrl's default
         in_keys=[in_key, f"{name}_h"],
         out_keys=[f"{name}_features", ("next", f"{name}_h")],
         device=device,
@@ -238,5 +240,6 @@ class CollectionPolicyFactory:
         self.device = device
 
     def __call__(self):
-        actor, critic = make_models(self.cfg.replace(recurrent_backend="pad"), self.interface, self.device)
+        cfg = self.cfg.replace(recurrent_backend="pad", recurrent_recompute="none")
+        actor, critic = make_models(cfg, self.interface, self.device)
         return make_collection_policy(actor, critic, self.cfg)

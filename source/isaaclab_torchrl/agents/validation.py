@@ -16,6 +16,7 @@ from .torchrl_cfg import (
     ACTIVATIONS,
     NOISE_STD_TYPES,
     RECURRENT_BACKENDS,
+    RECURRENT_RECOMPUTE,
     RNN_TYPES,
     SCHEDULES,
     SPEEDS,
@@ -56,6 +57,12 @@ def validate_policy_cfg(policy: TorchRLPolicyCfg) -> None:
         if policy.rnn_hidden_size < 1 or policy.rnn_num_layers < 1:
             raise ConfigError("agent.policy.rnn_hidden_size and rnn_num_layers must be >= 1.")
     _one_of("agent.policy.recurrent_backend", policy.recurrent_backend, RECURRENT_BACKENDS)
+    _one_of("agent.policy.recurrent_recompute", policy.recurrent_recompute, (*RECURRENT_RECOMPUTE, None))
+    if policy.recurrent_backend in ("pad", "auto") and policy.recurrent_recompute == "full":
+        raise ConfigError(
+            "agent.policy.recurrent_recompute=full needs agent.policy.recurrent_backend=scan (or triton): torchrl's "
+            "pad backend lets cuDNN keep what its backward pass needs."
+        )
     _one_of("agent.policy.noise_std_type", policy.noise_std_type, NOISE_STD_TYPES)
     _one_of("agent.policy.activation", str(policy.activation).lower(), ACTIVATIONS)
     if policy.init_noise_std <= 0:
@@ -112,6 +119,9 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
     if agent_cfg.policy.recurrent_backend == "auto":
         # torchrl's scan needs its backward checked before torch.compile, which it does for an explicit "scan" only
         agent_cfg.policy.recurrent_backend = "scan" if agent_cfg.cudagraphs else "pad"
+    if agent_cfg.policy.recurrent_recompute is None:
+        # scan's steps as a Python loop: torch.compile traces it in half the time of the scan operator
+        agent_cfg.policy.recurrent_recompute = "full" if agent_cfg.policy.recurrent_backend == "scan" else "none"
     if collector.sync is None:
         # asynchronous collection learned as well as synchronous at equal env steps on the GPU (learning.py, H200)
         collector.sync = not (fast and cuda_simulation)
@@ -123,7 +133,8 @@ def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
     collector, policy = agent_cfg.collector, agent_cfg.policy
     update = "compiled + CUDA graph" if agent_cfg.cudagraphs else "compiled" if agent_cfg.compile else "eager"
     if policy.rnn_type is not None:
-        update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend})"
+        steps = ", steps recomputed" if policy.recurrent_recompute == "full" else ""
+        update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend}{steps})"
     workers = collector.num_collectors
     storage = collector.storing_device or agent_cfg.device
     return (
