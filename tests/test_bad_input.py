@@ -42,11 +42,6 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "--train_device", "cuda:3"],
         "--train_device 'cuda:3' does not exist",
     ),
-    "recomputed steps with the pad recurrent backend": (
-        True,
-        {"device": "cpu", "policy.recurrent_recompute": "full"},
-        "agent.policy.recurrent_recompute=full needs agent.policy.recurrent_backend=scan",
-    ),
     "CUDA graphs on a CPU learner": (
         ["--task", "Isaac-Cartpole-Direct", "agent.compile=true", "agent.cudagraphs=true"],
         "agent.cudagraphs=true needs a CUDA learner, got the device 'cpu'",
