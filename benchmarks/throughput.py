@@ -44,7 +44,8 @@ for network in ("mlp", "lstm"):
     for mode in ("sync", "async"):
         base = [*agent, "agent.collector.sync=" + ("true" if mode == "sync" else "false")]
         TRAINING_RUNS[f"torchrl_{network}_{mode}"] = base
-        # four collector subprocesses share the device, each with a quarter of the environments
+        # two or four collector subprocesses share the device, each with its share of the environments
+        TRAINING_RUNS[f"torchrl_{network}_{mode}_x2"] = [*base, "--num_collectors", "2"]
         TRAINING_RUNS[f"torchrl_{network}_{mode}_x4"] = [*base, "--num_collectors", "4"]
         # without the per-minibatch NaN check (its host sync), to measure what it costs
         TRAINING_RUNS[f"torchrl_{network}_{mode}_nocheck"] = [*base, "agent.check_for_nan=false"]
@@ -246,7 +247,10 @@ def print_table(results: list[dict]) -> None:
         return statistics.median(values) if values else None
 
     names = list(dict.fromkeys(r["run"] for r in results))
-    reference, zero_action = median("rsl_rl", "steps_per_s"), median("zero_action_raw", "steps_per_s")
+    zero_action = median("zero_action_raw", "steps_per_s")
+    # the recurrent runs against rsl_rl's recurrent agent where it ran, the others against its default agent
+    references = {"mlp": median("rsl_rl", "steps_per_s")}
+    references["lstm"] = median("rsl_rl_recurrent", "steps_per_s") or references["mlp"]
     columns = ["run", "steps/s", "vs rsl_rl", "vs zero-action", "collect s/it", "learn s/it", "mean return"]
     columns += ["after steps", "lag", "first it s", "ok"]
     print("| " + " | ".join(columns) + " |")
@@ -254,6 +258,7 @@ def print_table(results: list[dict]) -> None:
     for name in names:
         fps = median(name, "steps_per_s")
         cells = [name, f"{fps:,.0f}" if fps else "failed"]
+        reference = references["lstm" if "lstm" in name or name == "rsl_rl_recurrent" else "mlp"]
         cells.append(f"{fps / reference:.2f}" if fps and reference else "")
         cells.append(f"{fps / zero_action:.3f}" if fps and zero_action else "")
         for key, fmt in (
