@@ -34,9 +34,9 @@ class TorchRLPolicyCfg:
     recurrent_backend: str = "auto"
     """Backend of the recurrent layers over whole trajectory slices (GAE and the update): ``"pad"`` (cuDNN over
     trajectories split at episode starts; a CUDA graph cannot replay it), ``"scan"`` (a time loop with the starts
-    as a mask: the graphed update uses it; eagerly its backward is far slower on a GPU) or ``"triton"``.
-    ``"auto"``: ``"scan"`` where the update is a CUDA graph, else ``"pad"`` (set with the speed settings, see
-    :attr:`TorchRLRunnerCfg.speed`). Collection steps them one step at a time."""
+    as a mask: the graphed update uses it; eagerly, the scan operator's backward is far slower on a GPU) or
+    ``"triton"``. ``"auto"``: ``"scan"`` where the update is a CUDA graph, else ``"pad"`` (set with the speed
+    settings, see :attr:`TorchRLRunnerCfg.speed`). Collection steps them one step at a time."""
     recurrent_recompute: str | None = None
     """torchrl's ``recurrent_recompute`` of the ``scan`` and ``triton`` backends: ``"full"`` runs ``scan``'s time loop
     as Python steps recomputed in the backward pass, ``"none"`` uses the scan operator. Compiled on an H200 (ANYmal,
