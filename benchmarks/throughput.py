@@ -20,10 +20,12 @@ import argparse
 import glob
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,6 +64,13 @@ DEFAULT_RUNS = (
     "torchrl_mlp_default",
     "torchrl_lstm_default",
 )
+START_MARKS = {
+    # name: the start of the first output line that marks it (seconds from the process start are recorded)
+    "configured_s": "[torchrl] update:",  # configs resolved and validated (ours)
+    "probed_s": "[torchrl] environment:",  # the probe process has read the network sizes (ours)
+    "workers_ready_s": "[torchrl] collector workers:",  # the workers' simulations are built (ours)
+    "first_env_ready_s": "[INFO]: Completed setting up the environment",  # the first simulation built (both)
+}
 LEARNING_TIME_TAG = "Perf/learning_time"
 COLLECTION_TIME_TAGS = ("Perf/collection time", "Perf/collection_time")
 
@@ -217,15 +226,24 @@ def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
     else:
         cmd = training_command(name, args)
     start, started = time.perf_counter(), time.time()
+    marks = {}
     with open(os.path.join(workdir, "output.log"), "w") as log:
-        try:
-            process = subprocess.run(
-                cmd, cwd=workdir, env=run_environment(), stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout
-            )
-            returncode = process.returncode
-        except subprocess.TimeoutExpired:
+        process = subprocess.Popen(
+            cmd, cwd=workdir, env=run_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        timer = threading.Timer(args.timeout, process.kill)
+        timer.start()
+        for line in process.stdout:
+            log.write(line)
+            for mark, prefix in START_MARKS.items():
+                if mark not in marks and line.startswith(prefix):
+                    marks[mark] = round(time.perf_counter() - start, 1)
+        returncode = process.wait()
+        timer.cancel()
+        if returncode == -signal.SIGKILL and time.perf_counter() - start >= args.timeout:
             returncode = "timeout"
     result = {"run": name, "wall_s": time.perf_counter() - start, "returncode": returncode, "workdir": workdir}
+    result.update(marks)
     if returncode != 0:
         return result
     try:

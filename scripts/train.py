@@ -186,6 +186,11 @@ def main(argv: list[str]) -> int:
     env_cfgs = [env_cfg] + [silent_env_cfg] * (num_collectors - 1)
     factories = make_env_factories(args.task, env_cfgs, agent_cfg, launcher_args(args), args.external_callback)
     interface = probe_env_interface(factories[0])
+    print(
+        f"[torchrl] environment: actor observes {', '.join(interface.actor_obs_keys)} ({interface.actor_obs_dim}), "
+        f"critic {', '.join(interface.critic_obs_keys)} ({interface.critic_obs_dim}); {interface.action_dim} actions",
+        flush=True,
+    )
 
     runner = TorchRLRunner(factories, interface, agent_cfg, log_dir, distributed=context)
     if checkpoint:

@@ -38,6 +38,7 @@ def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
     (run_dir,) = run_dirs(workdir, "cartpole_direct_lstm")
     assert run_dir.endswith("_e2e")
     assert run_dir in training.output, "the script says where logs and checkpoints went"
+    assert "[torchrl] environment: actor observes policy (4), critic policy (4); 1 actions" in training.output
 
     with open(os.path.join(run_dir, "params", "agent.yaml")) as file:
         agent = yaml.safe_load(file)

@@ -274,6 +274,7 @@ def _probe(pickled_factory: bytes, queue) -> None:
     try:
         env = cloudpickle.loads(pickled_factory)()
         queue.put(("ok", env_interface(env)))
+        # the parent ends this process once it has the answer: closing the simulation would only delay the workers
         env.close()
     except BaseException as exc:  # reported to the parent, which raises it
         import traceback
@@ -306,9 +307,9 @@ def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> 
     except Exception as exc:
         raise RuntimeError(f"The environment probe process gave no answer (exit code {process.exitcode}).") from exc
     finally:
-        process.join(timeout=30)
         with contextlib.suppress(Exception):
-            process.kill()
+            process.kill()  # nothing of its simulation is needed: no waiting for it to close
+        process.join(timeout=30)
     if status != "ok":
         raise RuntimeError(f"Creating the environment {factory.task!r} failed in the probe process:\n{payload}")
     return payload
