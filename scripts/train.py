@@ -39,6 +39,7 @@ from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint
 from isaaclab_torchrl.runners.code_state import store_code_state
 from isaaclab_torchrl.runners.distributed import init_distributed, parameter_checksum
 from isaaclab_torchrl.runners.on_policy_runner import TrackerStartError
+from isaaclab_torchrl.runners.ppo import compile_cache_dir
 from isaaclab_torchrl.runners.safety import NonFiniteError, WorkerFailure
 
 
@@ -140,6 +141,8 @@ def record_training_video(env_cfg, log_dir: str, args: argparse.Namespace) -> No
 def main(argv: list[str]) -> int:
     # torch 2.11's scan partitioner sets its own logger to DEBUG: ~100 lines of graphs when the scan backend is built
     logging.getLogger("torch._higher_order_ops.partitioner").setLevel(logging.WARNING)
+    # the compiled update's graphs and kernels persist in the user's cache folder: a second run compiles faster
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = compile_cache_dir()
     args, hydra_args = parse_args(make_parser(), argv)
     context = None
     try:

@@ -1,11 +1,12 @@
 """scripts/train.py end to end: LSTM agent, two collector subprocesses, real Isaac Lab (kitless Newton, CPU)."""
 
+import importlib.metadata
 import os
 
 import torch
 import yaml
 
-from conftest import CPU_ARGS, Training, assert_ok, run_dirs, run_script, scalars, worker_pids
+from conftest import CPU_ARGS, Training, assert_ok, run_dirs, run_script, scalars, script_env, worker_pids
 
 
 def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
@@ -76,11 +77,20 @@ def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
 
 def test_async_with_two_workers_updates_on_every_environment_with_lag_correction(workdir):
     """Each update learns from num_envs x num_steps_per_env steps (both workers' rollouts), which the observation
-    normaliser counts; the lag-corrected update logs its importance weights."""
+    normaliser counts; the lag-corrected update logs its importance weights. The update is compiled (what a GPU
+    runs by default, here on the CPU), with inductor's cache in the user's cache folder."""
     args = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--num_collectors", "2", "--async"]
-    args += ["--max_iterations", "3", *CPU_ARGS, "agent.policy.actor_obs_normalization=true"]
-    process = run_script("train.py", args, cwd=workdir)
+    args += ["--max_iterations", "3", *CPU_ARGS, "agent.policy.actor_obs_normalization=true", "agent.compile=true"]
+    cache_home = os.path.join(str(workdir), "cache")
+    # Warp keeps its kernels where it would without the new cache folder (no recompiling them for this test)
+    warp_cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "warp")
+    warp_cache = os.path.join(warp_cache, importlib.metadata.version("warp-lang"))
+    env = script_env({"XDG_CACHE_HOME": cache_home, "WARP_CACHE_PATH": warp_cache})
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    process = run_script("train.py", args, cwd=workdir, env=env)
     assert_ok(process)
+    assert "update: compiled; inference: eager; collection: async, 2 workers" in process.stdout
+    assert os.listdir(os.path.join(cache_home, "isaaclab_torchrl", "torchinductor")), "inductor's cache is empty"
     (run_dir,) = run_dirs(workdir, "cartpole_direct")
     state = torch.load(os.path.join(run_dir, "model_3.pt"), weights_only=True)
     counts = [int(value) for key, value in state["actor"].items() if key.endswith("count")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 
 import torch
@@ -23,6 +24,22 @@ from .safety import NonFiniteError
 
 MAX_IMPORTANCE_WEIGHT = 1.0
 """Truncation of the importance weight between the proximal and the acting policy (lag-corrected PPO)."""
+
+
+def compile_cache_dir() -> str:
+    """Where inductor keeps compiled graphs and kernels between runs: ``TORCHINDUCTOR_CACHE_DIR`` when the user set
+    it, else ``isaaclab_torchrl/torchinductor`` in the user's cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``),
+    which outlives a reboot where torch's own default (``/tmp/torchinductor_<user>``) may not.
+
+    Importing tensordict already sets the variable to torch's default, so that value counts as not set.
+    """
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if current and current != default_cache_dir():
+        return current
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache_home, "isaaclab_torchrl", "torchinductor")
 
 
 class ClipPPOLossWithKL(ClipPPOLoss):
