@@ -228,10 +228,18 @@ def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
     start, started = time.perf_counter(), time.time()
     marks = {}
     with open(os.path.join(workdir, "output.log"), "w") as log:
+        # a session of its own: on a time-out the run's worker processes are killed with it, and the output pipe,
+        # which they hold open too, ends
         process = subprocess.Popen(
-            cmd, cwd=workdir, env=run_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            cmd,
+            cwd=workdir,
+            env=run_environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
-        timer = threading.Timer(args.timeout, process.kill)
+        timer = threading.Timer(args.timeout, os.killpg, (process.pid, signal.SIGKILL))
         timer.start()
         for line in process.stdout:
             log.write(line)
