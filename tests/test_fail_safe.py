@@ -3,6 +3,7 @@ collector workers, real signals; afterwards no process of the run may be left an
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from conftest import CPU_ARGS, REPO, Training, assert_ok, run_dirs, run_script, scalars, worker_pids
+from isaaclab_torchrl.runners.safety import CollectorWatchdog, WorkerFailure
 
 TASK_ARGS = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", *CPU_ARGS]
 
@@ -93,8 +95,43 @@ def test_hung_worker_is_a_timeout_error(workdir):
     worker.send_signal(signal.SIGSTOP)  # alive but silent
     returncode, seconds = training.wait(timeout=90)
     assert returncode == 1, training.output[-3000:]
-    assert "delivered no batch within 5 s" in training.output, training.output[-3000:]
+    # stopped during a batch's collection or the weight sync's acknowledgement, whichever the signal met
+    assert re.search(r"delivered no (batch|acknowledgement of the new weights) within 5 s", training.output), (
+        training.output[-3000:]
+    )
     training.assert_no_process_left()
+
+
+@pytest.mark.parametrize("then", ["returns", "waits again"])
+def test_watchdog_ends_a_wait_that_catches_its_signal(then):
+    """torchrl's wait for the workers' weight acknowledgements logs any exception and goes on: the watchdog must
+    still end it (it signals again) and the failure must still reach the caller (even when the wait returns)."""
+    worker = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))  # a hung worker
+    worker.start()
+    watchdog = CollectorWatchdog([worker], first_batch_timeout=1.0, batch_timeout=1.0)
+    caught = []
+
+    def wait_catching_everything():
+        for _ in range(2):
+            try:
+                time.sleep(30)
+            except Exception as exc:
+                caught.append(exc)
+        if then == "waits again":
+            time.sleep(30)
+        return "answered"
+
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerFailure, match="delivered no acknowledgement of the new weights within 1 s"):
+            watchdog.wait_for("acknowledgement of the new weights", wait_catching_everything)
+        assert time.monotonic() - start < 15
+        assert len(caught) == 2 and all(isinstance(exc, WorkerFailure) for exc in caught), caught
+        worker.join(timeout=10)
+        assert worker.exitcode == -signal.SIGKILL, "the hung worker is killed"
+    finally:
+        watchdog.stop()
+        worker.kill()
 
 
 def test_nan_rewards_stop_training_and_keep_the_parameters_from_before(workdir):

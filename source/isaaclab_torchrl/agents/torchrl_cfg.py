@@ -103,7 +103,8 @@ class TorchRLCollectorCfg:
     """Seconds to wait for the first batch (the workers start their simulations first; on a fresh GPU machine
     that includes compiling the simulator's kernels) before stopping with a timeout error."""
     batch_timeout_s: float = 120.0
-    """Seconds to wait for any later batch before stopping with a timeout error (a hung worker)."""
+    """Seconds to wait for any later batch, or for the workers' acknowledgement of new weights, before stopping with
+    a timeout error (a hung worker)."""
     shutdown_timeout_s: float = 10.0
     """Seconds the workers get to shut down cleanly, when training ends or fails, before they are killed."""
 

@@ -15,7 +15,7 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import IsaacLabEnvFactory
 from ..models import CollectionPolicyFactory, EnvInterface
-from .safety import CollectorWatchdog, WorkerFailure, init_worker
+from .safety import CollectorWatchdog, init_worker
 
 
 class Collection:
@@ -78,13 +78,7 @@ class Collection:
             yield parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
 
     def _next_rollout(self, rollouts: Iterator[TensorDictBase]) -> TensorDictBase:
-        self._watchdog.expect_batch()
-        try:
-            rollout = next(rollouts)
-        except WorkerFailure:
-            raise
-        except Exception as exc:  # torchrl stops the collector when a worker dies or is killed
-            raise self._watchdog.failure(exc) from exc
+        rollout = self._watchdog.wait_for("batch", lambda: next(rollouts))
         if rollout.device is not None and rollout.device.type == "cuda":
             # an asynchronous collector clones the worker's CUDA buffer on this stream and at once lets the worker
             # collect into it again: the copy must be complete before that worker can finish its next rollout
@@ -95,7 +89,8 @@ class Collection:
     def sync_weights(self) -> None:
         """Sends the policy's current weights (and observation statistics) to the workers."""
         self.policy_version += 1
-        self._collector.update_policy_weights_()
+        # the workers acknowledge the weights (torchrl waits for them without a timeout): a hung worker is caught here
+        self._watchdog.wait_for("acknowledgement of the new weights", self._collector.update_policy_weights_)
 
     def policy_lag(self, batch: TensorDictBase) -> float:
         """Mean number of weight updates between the policy that acted and the one that learns from ``batch``.

@@ -54,27 +54,30 @@ def init_worker() -> None:
 class CollectorWatchdog:
     """Watches the collector's worker processes from a thread of the main process.
 
-    A worker that dies is recorded with its exit status; when the main process waits longer than the timeout
-    for a batch, the watchdog records that and kills the workers. Either way it then raises
-    :class:`WorkerFailure` in the main thread (through SIGUSR1, which also ends a blocking wait, e.g. a weight
-    sync with a dead worker), wherever the main thread is. Create it in the main thread.
+    A worker that dies is recorded with its exit status; when the main process waits on the workers (for a batch,
+    for their acknowledgement of new weights) longer than the timeout, the watchdog records that and kills the
+    workers. Either way it then raises :class:`WorkerFailure` in the main thread through SIGUSR1, which also ends a
+    blocking wait, wherever the main thread is; it repeats the signal until the failure has reached the caller of
+    :meth:`wait_for` (or :meth:`stop`), because a library's wait may catch the first one and block again (torchrl's
+    wait for weight acknowledgements logs any exception and goes on waiting). Create it in the main thread.
 
     Args:
         processes: The collector's worker processes.
         first_batch_timeout: Seconds the first batch may take (the workers start their simulations first).
-        batch_timeout: Seconds any later batch may take.
+        batch_timeout: Seconds any later wait may take.
     """
 
     POLL_INTERVAL_S = 0.5
-    """How often the workers are looked at: a failure is noticed within about this time."""
+    """How often the workers are looked at: a failure is noticed (and signalled again) within about this time."""
 
     def __init__(self, processes, first_batch_timeout: float, batch_timeout: float):
         self.processes = list(processes)
         self.batch_timeout = batch_timeout
         self.reason: str | None = None
-        self._reported = False
+        self._delivered = False
         self._timeout = first_batch_timeout
         self._deadline: float | None = None
+        self._waiting_for = ""
         self._stop = threading.Event()
         self._main_thread = threading.main_thread().ident
         self._previous_handler = signal.signal(signal.SIGUSR1, self._raise_failure)
@@ -82,38 +85,56 @@ class CollectorWatchdog:
         self._thread.start()
 
     def _raise_failure(self, signum, frame) -> None:
-        if not self._reported:  # the main thread may have met the failure first, through torchrl
-            raise self.failure()
+        if not self._delivered:
+            raise self._error()
 
-    def expect_batch(self) -> None:
-        """The main process starts waiting for a batch: the timeout runs from now."""
+    def wait_for(self, what: str, call):
+        """Runs ``call``, a wait on the workers (``what`` names it for the error), within the timeout (the first
+        batch's until a batch came, then the batch timeout); returns its result.
+
+        Raises:
+            WorkerFailure: a worker died, the wait took too long, or ``call`` failed.
+        """
+        self._waiting_for = what
         self._deadline = time.monotonic() + self._timeout
+        try:
+            result = call()
+        except WorkerFailure:
+            self._delivered = True
+            raise
+        except Exception as exc:  # torchrl stops the collector when a worker dies or is killed
+            raise self.failure(exc) from exc
+        finally:
+            self._deadline = None
+        if self.reason is not None:  # signalled, but ``call`` caught the error and returned
+            raise self.failure()
+        return result
 
     def batch_received(self) -> None:
+        """The first batch came: from now on every wait has the (shorter) batch timeout."""
         self._timeout = self.batch_timeout
-        self._deadline = None
 
     def _watch(self) -> None:
         while not self._stop.wait(self.POLL_INTERVAL_S):
-            for index, process in enumerate(self.processes):
-                try:
-                    alive, exitcode = process.is_alive(), process.exitcode
-                except ValueError:  # closed by torchrl after it saw a failure
-                    continue
-                if not alive and exitcode != 0:
-                    self.reason = f"collector worker {index} (pid {process.pid}) {describe_exit(exitcode)}"
-                    self._alert()
-                    return
-            deadline = self._deadline
-            if deadline is not None and time.monotonic() > deadline:
-                self.reason = f"the collector workers delivered no batch within {self._timeout:g} s (a hung worker?)"
-                self.kill_workers()
-                self._alert()
-                return
+            if self.reason is None:
+                self.reason = self._look()
+            if self.reason is not None and not self._delivered and not self._stop.is_set():
+                signal.pthread_kill(self._main_thread, signal.SIGUSR1)
 
-    def _alert(self) -> None:
-        if not self._stop.is_set():
-            signal.pthread_kill(self._main_thread, signal.SIGUSR1)
+    def _look(self) -> str | None:
+        """What went wrong since the last look, if anything."""
+        for index, process in enumerate(self.processes):
+            try:
+                alive, exitcode = process.is_alive(), process.exitcode
+            except ValueError:  # closed by torchrl after it saw a failure
+                continue
+            if not alive and exitcode != 0:
+                return f"collector worker {index} (pid {process.pid}) {describe_exit(exitcode)}"
+        deadline = self._deadline
+        if deadline is not None and time.monotonic() > deadline:
+            self.kill_workers()
+            return f"the collector workers delivered no {self._waiting_for} within {self._timeout:g} s (a hung worker?)"
+        return None
 
     def kill_workers(self) -> None:
         for process in self.processes:
@@ -122,8 +143,12 @@ class CollectorWatchdog:
                     process.kill()
 
     def failure(self, cause: BaseException | None = None) -> WorkerFailure:
-        """The error to raise for what was recorded (or for ``cause``, when nothing was)."""
-        self._reported = True
+        """The error to raise for what was recorded (or for ``cause``, when nothing was); the watchdog stops
+        signalling it."""
+        self._delivered = True
+        return self._error(cause)
+
+    def _error(self, cause: BaseException | None = None) -> WorkerFailure:
         reason = self.reason or f"the collector failed: {cause}"
         return WorkerFailure(
             f"Training stopped: {reason}. Its traceback, if it raised, is printed above; the checkpoints written "
@@ -131,6 +156,7 @@ class CollectorWatchdog:
         )
 
     def stop(self) -> None:
+        self._delivered = True  # a signal already on its way must not interrupt the shutdown that follows
         self._stop.set()
         self._thread.join(timeout=5)
         signal.signal(signal.SIGUSR1, self._previous_handler)
