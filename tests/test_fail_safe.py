@@ -87,18 +87,29 @@ def test_second_sigint_aborts_at_once(workdir):
     training.assert_no_process_left()
 
 
-def test_hung_worker_is_a_timeout_error(workdir):
-    args = [*TASK_ARGS, "--max_iterations", "1000", "agent.collector.batch_timeout_s=5"]
+@pytest.mark.parametrize(
+    "stopped_during, overrides, message",
+    [
+        ("the collection", [], "delivered no batch within 5 s"),
+        # a long update (200 epochs): the worker is stopped while the learner trains, and the weight sync that follows
+        # waits for its acknowledgement (torchrl's wait has no timeout of its own)
+        ("the update", ["agent.algorithm.num_learning_epochs=200"], "delivered no acknowledgement of the new weights"),
+    ],
+)
+def test_hung_worker_is_a_timeout_error(workdir, stopped_during, overrides, message):
+    args = [*TASK_ARGS, "--max_iterations", "1000", "agent.collector.batch_timeout_s=5", *overrides]
     training = Training(workdir, args)
     training.wait_for_iteration(2)
+    if stopped_during == "the update":
+        time.sleep(1.0)  # past the next batch's collection (~0.2 s), well inside the update (several seconds)
     (worker,) = training.workers()
     worker.send_signal(signal.SIGSTOP)  # alive but silent
     returncode, seconds = training.wait(timeout=90)
     assert returncode == 1, training.output[-3000:]
-    # stopped during a batch's collection or the weight sync's acknowledgement, whichever the signal met
-    assert re.search(r"delivered no (batch|acknowledgement of the new weights) within 5 s", training.output), (
-        training.output[-3000:]
-    )
+    if stopped_during == "the collection":
+        # the signal may also meet the weight sync after a short update: either wait must end in the timeout error
+        message = r"delivered no (batch|acknowledgement of the new weights) within 5 s"
+    assert re.search(message, training.output), training.output[-3000:]
     training.assert_no_process_left()
 
 
