@@ -67,13 +67,16 @@ def parse_args() -> argparse.Namespace:
 
 
 def read_curves(run_dir: str) -> dict:
-    """Env steps, seconds since the first iteration, mean return and episode length per logged iteration."""
+    """Env steps, seconds since the first iteration, mean return and episode length per logged iteration (none for
+    a run stopped before its first iteration was logged)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
     accumulator.Reload()
-    fps, learning = accumulator.Scalars("Perf/total_fps"), accumulator.Scalars("Perf/learning_time")
     tags = accumulator.Tags()["scalars"]
+    if "Perf/total_fps" not in tags:
+        return {}
+    fps, learning = accumulator.Scalars("Perf/total_fps"), accumulator.Scalars("Perf/learning_time")
     collection = accumulator.Scalars(next(t for t in ("Perf/collection_time", "Perf/collection time") if t in tags))
     # steps per iteration from the first iteration's rate and times (both libraries log these three)
     steps_per_iteration = round(fps[0].value * (collection[0].value + learning[0].value))
