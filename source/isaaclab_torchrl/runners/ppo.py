@@ -168,8 +168,9 @@ class PPO:
         batch = batch.select(*self.loss_keys)
 
         sums, num_steps = None, 0  # statistics summed on the device, read once per update
+        minibatches = self._minibatches(batch)
         for epoch in range(algo.num_learning_epochs):
-            for minibatch in self._minibatches(batch):
+            for minibatch in minibatches:
                 stats = self._loss_and_gradients(minibatch)
                 stats["grad_norm"] = self._average_and_clip_gradients()
                 if self.distributed is not None:
@@ -206,17 +207,16 @@ class PPO:
         log_prob = proximal.log_prob(batch["action"])
         return log_prob, torch.exp(log_prob - batch["action_log_prob"]).clamp(max=MAX_IMPORTANCE_WEIGHT)
 
-    def _minibatches(self, batch: TensorDictBase):
-        """A random split into ``num_mini_batches`` minibatches of equal size (a CUDA graph replays one shape): of
-        whole trajectory slices for a recurrent policy, of single steps for an MLP (rsl_rl's two generators); like
-        rsl_rl, the remainder of the division sits that epoch out."""
+    def _minibatches(self, batch: TensorDictBase) -> list[TensorDictBase]:
+        """A random split into ``num_mini_batches`` minibatches of equal size (a CUDA graph replays one shape), which
+        every epoch goes through again, like rsl_rl's generators (one permutation per update): of whole trajectory
+        slices for a recurrent policy, of single steps for an MLP; the remainder of the division sits out."""
         count = self.cfg.algorithm.num_mini_batches
         if not self.recurrent:
             batch = batch.reshape(-1)
         per_minibatch = batch.shape[0] // count
         permutation = torch.randperm(batch.shape[0], device=batch.device)[: count * per_minibatch]
-        for indices in permutation.view(count, per_minibatch):
-            yield batch[indices]
+        return [batch[indices] for indices in permutation.view(count, per_minibatch)]
 
     def loss_and_gradients(self, minibatch: TensorDictBase) -> TensorDictBase:
         """PPO's losses on one minibatch and their gradients (in ``.grad``); returns the detached statistics.
