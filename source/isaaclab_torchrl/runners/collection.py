@@ -34,7 +34,7 @@ class Collection:
         interface: Observation and action sizes, for the workers' own copy of the policy.
 
     Raises (while iterating):
-        WorkerFailure: a worker died, or no batch came within the timeout.
+        WorkerFailure: a worker died, or no batch (or weight acknowledgement) came within the timeout.
     """
 
     def __init__(

@@ -70,7 +70,7 @@ class TorchRLRunner:
             The signal that stopped training, or ``None`` when it ran all its iterations.
 
         Raises:
-            WorkerFailure: a collector worker died, or no batch came within the timeout.
+            WorkerFailure: a collector worker died, or no batch (or weight acknowledgement) came within the timeout.
             NonFiniteError: NaN/Inf in a batch or in the update (the last checkpoint holds parameters from
                 before it).
         """
