@@ -149,3 +149,38 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
         assert "not supported" in reason or "multi-agent" in reason, reason
     assert set(unsupported) == _readme_unsupported_tasks()
     assert len(set(supported)) + len(unsupported) == len(_rsl_rl_tasks()) == 89
+
+
+def test_configs_in_rsl_rl_5s_layout_skip_isaaclabs_migration_and_port_the_same():
+    """The port runs Isaac Lab's config migration (which imports rsl_rl's runners and trackers) only for configs in
+    an older layout; for every other one the migration would change nothing that is ported."""
+    import contextlib
+    import copy
+    import io
+
+    from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
+    from isaaclab_tasks.utils.hydra import resolve_presets
+
+    from isaaclab_torchrl.agents.rsl_rl_port import UnsupportedAgentError, _needs_migration, port_rsl_rl_cfg
+
+    def port(cfg):
+        try:
+            return port_rsl_rl_cfg(cfg).to_dict()
+        except UnsupportedAgentError as exc:
+            return str(exc)
+
+    skipped = migrated = 0
+    for task in sorted(gym.registry):
+        for key in ("rsl_rl_cfg_entry_point", "rsl_rl_recurrent_cfg_entry_point"):
+            if key not in gym.spec(task).kwargs:
+                continue
+            with contextlib.redirect_stdout(io.StringIO()):
+                rsl = load_cfg_from_registry(task, key)
+                if _needs_migration(rsl):
+                    migrated += 1
+                    continue
+                skipped += 1
+                always_migrated = resolve_presets(copy.deepcopy(rsl))
+                handle_deprecated_rsl_rl_cfg(always_migrated, "5.0.0")
+                assert port(rsl) == port(always_migrated), (task, key)
+    assert skipped > 60 and migrated > 0, (skipped, migrated)

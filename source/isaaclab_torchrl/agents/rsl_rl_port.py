@@ -32,6 +32,25 @@ class UnsupportedAgentError(ValueError):
     """The task's rsl_rl agent uses something the torchrl runner does not have."""
 
 
+def _needs_migration(rsl_cfg) -> bool:
+    """Whether an rsl_rl config is in an older layout that Isaac Lab's ``handle_deprecated_rsl_rl_cfg`` migrates:
+    the deprecated ``policy`` section, an actor or critic left missing, or a model's legacy ``stochastic`` output
+    without a ``distribution_cfg``."""
+    from dataclasses import MISSING
+
+    def missing(value) -> bool:  # configs hold copies of the sentinel: its type tells it
+        return isinstance(value, type(MISSING))
+
+    if not missing(getattr(rsl_cfg, "policy", MISSING)):
+        return True
+    for name in ("actor", "critic"):
+        model = getattr(rsl_cfg, name, MISSING)
+        legacy_output = getattr(model, "distribution_cfg", None) is None and getattr(model, "stochastic", 0) is True
+        if missing(model) or legacy_output:
+            return True
+    return False
+
+
 def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
     """The torchrl runner config with the hyperparameters of an rsl_rl ``RslRlOnPolicyRunnerCfg``.
 
@@ -43,13 +62,17 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         UnsupportedAgentError: the rsl_rl agent uses a feature the torchrl runner does not have.
     """
     from isaaclab_rl.rsl_rl import RslRlCNNModelCfg
-    from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
     from isaaclab_tasks.utils.hydra import resolve_presets
 
     rsl_cfg = resolve_presets(copy.deepcopy(rsl_cfg))
-    # rsl_rl >= 5 layout (actor/critic model configs with distribution configs); it prints migration notes
-    with contextlib.redirect_stdout(io.StringIO()):
-        handle_deprecated_rsl_rl_cfg(rsl_cfg, "5.0.0")
+    if _needs_migration(rsl_cfg):
+        # Isaac Lab's migration imports rsl_rl's runners, and with them its trackers' clients (2-6 s per process
+        # start where neptune is installed): only for configs that need it
+        from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
+
+        # rsl_rl >= 5 layout (actor/critic model configs with distribution configs); it prints migration notes
+        with contextlib.redirect_stdout(io.StringIO()):
+            handle_deprecated_rsl_rl_cfg(rsl_cfg, "5.0.0")
     actor, critic, algorithm = rsl_cfg.actor, rsl_cfg.critic, rsl_cfg.algorithm
 
     if rsl_cfg.class_name != "OnPolicyRunner":
