@@ -25,7 +25,8 @@ from tensordict import TensorDictBase
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl.agents.validation import validate_agent_cfg
 from isaaclab_torchrl.cli import add_task_args, launcher_args, parse_args, resolve_task
-from isaaclab_torchrl.envs import make_env_factories, probe_env_interface
+from isaaclab_torchrl.envs import make_env_factories
+from isaaclab_torchrl.interfaces import read_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner
 from isaaclab_torchrl.runners.collection import Collection, PublishRollout
 
@@ -124,7 +125,7 @@ def main(argv: list[str]) -> int:
     factories = make_env_factories(args.task, env_cfgs, agent_cfg, launcher_args(args))
     with tempfile.TemporaryDirectory() as folder:
         CheckedCollection.folder = folder
-        runner = CheckedRunner(factories, probe_env_interface(factories[0]), agent_cfg, log_dir=None)
+        runner = CheckedRunner(factories, read_env_interface(factories)[0], agent_cfg, log_dir=None)
         runner.learn()
     results = {
         **CheckedCollection.results,

@@ -31,7 +31,8 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl.agents.validation import validate_agent_cfg
 from isaaclab_torchrl.cli import add_task_args, launcher_args, parse_args, resolve_task
-from isaaclab_torchrl.envs import make_env_factories, probe_env_interface
+from isaaclab_torchrl.envs import make_env_factories
+from isaaclab_torchrl.interfaces import read_env_interface
 from isaaclab_torchrl.models import CollectionPolicyFactory
 
 
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
     device = torch.device(agent_cfg.device)
     synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     factory = make_env_factories(args.task, [env_cfg], agent_cfg, launcher_args(args))[0]
-    interface = probe_env_interface(factory)
+    interface, _ = read_env_interface([factory])
     env = factory()
     policy = CollectionPolicyFactory(agent_cfg.policy, interface, agent_cfg.device)()
     results = {"task": args.task, "num_envs": env_cfg.scene.num_envs, "device": str(device), "overrides": hydra_args}

@@ -34,7 +34,8 @@ from isaaclab_torchrl.cli import (
     parse_args,
     resolve_task,
 )
-from isaaclab_torchrl.envs import make_env_factories, probe_env_interface
+from isaaclab_torchrl.envs import make_env_factories
+from isaaclab_torchrl.interfaces import read_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner, load_checkpoint
 from isaaclab_torchrl.runners.code_state import store_code_state
 from isaaclab_torchrl.runners.distributed import init_distributed, parameter_checksum
@@ -188,10 +189,11 @@ def main(argv: list[str]) -> int:
     silent_env_cfg.video_recorders = []
     env_cfgs = [env_cfg] + [silent_env_cfg] * (num_collectors - 1)
     factories = make_env_factories(args.task, env_cfgs, agent_cfg, launcher_args(args), args.external_callback)
-    interface = probe_env_interface(factories[0])
+    interface, cached = read_env_interface(factories)
     print(
         f"[torchrl] environment: actor observes {', '.join(interface.actor_obs_keys)} ({interface.actor_obs_dim}), "
-        f"critic {', '.join(interface.critic_obs_keys)} ({interface.critic_obs_dim}); {interface.action_dim} actions",
+        f"critic {', '.join(interface.critic_obs_keys)} ({interface.critic_obs_dim}); {interface.action_dim} actions "
+        f"({'remembered from an earlier run' if cached else 'read by a probe process'})",
         flush=True,
     )
 

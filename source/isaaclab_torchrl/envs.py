@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 from typing import Any
 
-import cloudpickle
 import torch
 from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
 from tensordict import TensorDict, TensorDictBase
@@ -200,6 +198,11 @@ class IsaacLabEnvFactory:
         self.clip_actions = clip_actions
         self.obs_groups = obs_groups
         self.random_episode_start = random_episode_start
+        self.expected_interface: EnvInterface | None = None
+        """The sizes the worker's policy is built for, checked against the environment (set by
+        :func:`isaaclab_torchrl.interfaces.read_env_interface`)."""
+        self.interface_cache_file: str | None = None
+        """Where :attr:`expected_interface` was remembered; removed if the environment disagrees."""
 
     def __call__(self) -> TransformedEnv:
         import gymnasium as gym
@@ -231,7 +234,17 @@ class IsaacLabEnvFactory:
         )
         # the runtime closes when the environment is garbage-collected with it
         wrapped._simulation = simulation
-        return TransformedEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
+        env = TransformedEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
+        if self.expected_interface is not None and env_interface(env) != self.expected_interface:
+            if self.interface_cache_file:
+                with contextlib.suppress(OSError):
+                    os.remove(self.interface_cache_file)
+            raise RuntimeError(
+                f"The environment's observation and action sizes ({env_interface(env)}) differ from the ones "
+                f"remembered for this task from an earlier run ({self.expected_interface}): the task's code "
+                "changed them. The remembered sizes are removed; start the training again."
+            )
+        return env
 
 
 def make_env_factories(
@@ -268,48 +281,3 @@ def env_interface(env) -> EnvInterface:
         critic_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in groups["critic"]),
         action_dim=int(env.action_spec.shape[-1]),
     )
-
-
-def _probe(pickled_factory: bytes, queue) -> None:
-    try:
-        env = cloudpickle.loads(pickled_factory)()
-        queue.put(("ok", env_interface(env)))
-        # the parent ends this process once it has the answer: closing the simulation would only delay the workers
-        env.close()
-    except BaseException as exc:  # reported to the parent, which raises it
-        import traceback
-
-        queue.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
-
-
-def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> EnvInterface:
-    """Creates the environment once in a short-lived subprocess (with one env) and returns its sizes.
-
-    The training process itself never starts a simulation: the learner must know the network sizes before
-    the collector workers start, and this is where it learns them.
-    """
-    probe = IsaacLabEnvFactory(
-        factory.task,
-        factory.env_cfg,
-        factory.launcher_args,
-        num_envs=1,
-        seed=factory.seed,
-        obs_groups=factory.obs_groups,
-        external_callback=factory.external_callback,
-    )
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    # cloudpickle, as torchrl's collectors use for their env factories: task configs may hold lambdas
-    process = ctx.Process(target=_probe, args=(cloudpickle.dumps(probe), queue), daemon=True)
-    process.start()
-    try:
-        status, payload = queue.get(timeout=timeout)
-    except Exception as exc:
-        raise RuntimeError(f"The environment probe process gave no answer (exit code {process.exitcode}).") from exc
-    finally:
-        with contextlib.suppress(Exception):
-            process.kill()  # nothing of its simulation is needed: no waiting for it to close
-        process.join(timeout=30)
-    if status != "ok":
-        raise RuntimeError(f"Creating the environment {factory.task!r} failed in the probe process:\n{payload}")
-    return payload

@@ -19,7 +19,7 @@ class EnvInterface:
     """What the models need to know of an environment: which observation groups the actor and the critic read,
     their concatenated sizes, and the action size.
 
-    It is read from a collector worker's environment (see :func:`isaaclab_torchrl.envs.probe_env_interface`),
+    It is read from a collector worker's environment (see :mod:`isaaclab_torchrl.interfaces`),
     never hard-coded, and it is small and picklable so that it can travel to the collector subprocesses.
     """
 

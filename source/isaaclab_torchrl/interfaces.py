@@ -1,0 +1,146 @@
+"""The observation and action sizes the models are built for (:class:`~isaaclab_torchrl.models.EnvInterface`):
+read from the environment once, in a short-lived probe subprocess, and remembered in the user's cache folder.
+
+The main process never simulates, yet it must know the network sizes before the collector workers start. A probe
+process that builds the task with one environment tells it, at the cost of a second simulation start (26 s for
+ANYmal on an H200, ``benchmarks/README.md``). The answer depends only on the task's config and code, so it is kept
+under a digest of both (:func:`interface_key`); the next run of the same task skips the probe. Each worker checks
+the sizes of the environment it builds against the ones the policy was built for
+(:meth:`~isaaclab_torchrl.envs.IsaacLabEnvFactory.__call__`): a stale entry, left by code that changed an
+observation's size without changing any config or task module, stops the run with one line and is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import multiprocessing
+import os
+import re
+
+import cloudpickle
+
+from .envs import IsaacLabEnvFactory, env_interface
+from .models import EnvInterface
+
+CALLABLE = re.compile(r"^([A-Za-z_][\w.]*):[A-Za-z_][\w.]*$")
+"""How Isaac Lab's ``class_to_dict`` writes a function or class of a config: ``module:qualified_name``."""
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+"""Memory addresses in default object reprs, which differ from process to process."""
+
+
+def interface_cache_dir() -> str:
+    """``isaaclab_torchrl/env_interfaces`` in the user's cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache_home, "isaaclab_torchrl", "env_interfaces")
+
+
+def _strings(value):
+    """Every string inside nested dicts and lists."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def interface_key(factory: IsaacLabEnvFactory) -> str:
+    """SHA-256 of what decides the sizes: the task id, the observation groups, the environment config (without
+    the env count, seed and device, which change no size) and the source of every module the config names (the
+    config's own, the observation and action terms', the env class's)."""
+    import gymnasium as gym
+    from isaaclab.utils.dict import class_to_dict
+
+    config = class_to_dict(factory.env_cfg)
+    config.get("scene", {}).pop("num_envs", None)
+    config.pop("seed", None)
+    config.get("sim", {}).pop("device", None)
+    text = ADDRESS.sub("", json.dumps(config, sort_keys=True, default=repr))
+    modules = {type(factory.env_cfg).__module__}
+    with contextlib.suppress(gym.error.Error):
+        entry_point = gym.spec(factory.task).entry_point
+        if isinstance(entry_point, str):
+            modules.add(entry_point.split(":")[0])
+    modules.update(match.group(1) for match in map(CALLABLE.match, _strings(config)) if match)
+    digest = hashlib.sha256()
+    for part in (factory.task, json.dumps(factory.obs_groups, sort_keys=True, default=repr), text):
+        digest.update(part.encode() + b"\0")
+    for module in sorted(modules):
+        with contextlib.suppress(ImportError, ValueError, AttributeError):
+            origin = importlib.util.find_spec(module).origin
+            if origin and os.path.isfile(origin):
+                with open(origin, "rb") as file:
+                    digest.update(module.encode() + b"\0" + file.read() + b"\0")
+    return digest.hexdigest()
+
+
+def _probe(pickled_factory: bytes, queue) -> None:
+    try:
+        env = cloudpickle.loads(pickled_factory)()
+        queue.put(("ok", env_interface(env)))
+        # the parent ends this process once it has the answer: closing the simulation would only delay the workers
+        env.close()
+    except BaseException as exc:  # reported to the parent, which raises it
+        import traceback
+
+        queue.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> EnvInterface:
+    """Creates the environment once in a short-lived subprocess (with one env) and returns its sizes."""
+    probe = IsaacLabEnvFactory(
+        factory.task,
+        factory.env_cfg,
+        factory.launcher_args,
+        num_envs=1,
+        seed=factory.seed,
+        obs_groups=factory.obs_groups,
+        external_callback=factory.external_callback,
+    )
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    # cloudpickle, as torchrl's collectors use for their env factories: task configs may hold lambdas
+    process = ctx.Process(target=_probe, args=(cloudpickle.dumps(probe), queue), daemon=True)
+    process.start()
+    try:
+        status, payload = queue.get(timeout=timeout)
+    except Exception as exc:
+        raise RuntimeError(f"The environment probe process gave no answer (exit code {process.exitcode}).") from exc
+    finally:
+        with contextlib.suppress(Exception):
+            process.kill()  # nothing of its simulation is needed: no waiting for it to close
+        process.join(timeout=30)
+    if status != "ok":
+        raise RuntimeError(f"Creating the environment {factory.task!r} failed in the probe process:\n{payload}")
+    return payload
+
+
+def read_env_interface(factories: list[IsaacLabEnvFactory]) -> tuple[EnvInterface, bool]:
+    """The sizes of the factories' environment, and whether they came from the cache (else from a probe).
+
+    Every factory is told the sizes and the cache entry, so that its worker checks them (see the module's text).
+    """
+    path = os.path.join(interface_cache_dir(), interface_key(factories[0]) + ".json")
+    interface, cached = None, False
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        with open(path) as file:
+            fields = json.load(file)
+        interface = EnvInterface(**{key: tuple(v) if isinstance(v, list) else v for key, v in fields.items()})
+        cached = True
+    if interface is None:
+        interface = probe_env_interface(factories[0])
+        with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next run a probe
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            partial = f"{path}.{os.getpid()}.tmp"
+            with open(partial, "w") as file:
+                json.dump(dataclasses.asdict(interface), file)
+            os.replace(partial, path)
+    for factory in factories:
+        factory.expected_interface, factory.interface_cache_file = interface, path
+    return interface, cached

@@ -1,0 +1,37 @@
+"""The environment's sizes are read by a probe process once per task config and remembered in the user's cache
+folder; a worker whose environment disagrees with the remembered sizes stops the run and removes them."""
+
+import glob
+import importlib.metadata
+import json
+import os
+
+from conftest import CPU_ARGS, assert_ok, run_script, script_env
+
+ARGS = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--max_iterations", "1", *CPU_ARGS]
+
+
+def test_sizes_are_remembered_and_a_stale_entry_stops_the_run_and_is_removed(workdir):
+    cache_home = os.path.join(str(workdir), "cache")
+    # Warp keeps its kernels where it would without the new cache folder (no recompiling them for this test)
+    warp_cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "warp")
+    env = script_env({"XDG_CACHE_HOME": cache_home})
+    env["WARP_CACHE_PATH"] = os.path.join(warp_cache, importlib.metadata.version("warp-lang"))
+    first = run_script("train.py", ARGS, cwd=workdir, env=env)
+    assert_ok(first)
+    assert "; 1 actions (read by a probe process)" in first.stdout
+    (entry,) = glob.glob(os.path.join(cache_home, "isaaclab_torchrl", "env_interfaces", "*.json"))
+    with open(entry) as file:
+        sizes = json.load(file)
+    assert sizes["actor_obs_dim"] == 4 and sizes["action_dim"] == 1, sizes
+
+    # what a task whose code changed an observation's size, and no config, would leave behind
+    sizes["actor_obs_dim"] = sizes["critic_obs_dim"] = 5
+    with open(entry, "w") as file:
+        json.dump(sizes, file)
+    stale = run_script("train.py", ARGS, cwd=workdir, env=env, timeout=300)
+    assert stale.returncode != 0
+    output = stale.stdout + stale.stderr
+    assert "(remembered from an earlier run)" in stale.stdout
+    assert "differ from the ones remembered for this task from an earlier run" in output, output[-4000:]
+    assert not os.path.exists(entry), "the stale entry is removed"
