@@ -15,7 +15,7 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import IsaacLabEnvFactory
 from ..models import CollectionPolicyFactory, EnvInterface
-from .safety import CollectorWatchdog, init_worker
+from .safety import CollectorWatchdog, WorkerFailure, init_worker
 
 
 class Collection:
@@ -104,7 +104,9 @@ class Collection:
     def __exit__(self, exc_type, exc, traceback) -> None:
         if self._watchdog is not None:
             self._watchdog.stop()
-            if exc_type is KeyboardInterrupt:  # a second Ctrl-C: no waiting for the workers' rollouts
+            # a second Ctrl-C: no waiting for the workers' rollouts; a failed worker: the others are not waited for
+            # either (a clean shutdown takes a worker 8-10 s of native teardown, which would delay the report)
+            if exc_type is KeyboardInterrupt or (exc_type is not None and issubclass(exc_type, WorkerFailure)):
                 self._watchdog.kill_workers()
         processes = list(getattr(self._collector, "procs", []))
         timeout = self.cfg.collector.shutdown_timeout_s
