@@ -235,12 +235,13 @@ class IsaacLabEnvFactory:
         # the runtime closes when the environment is garbage-collected with it
         wrapped._simulation = simulation
         env = TransformedEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
-        if self.expected_interface is not None and env_interface(env) != self.expected_interface:
+        actual = env_interface(env) if self.expected_interface is not None else None
+        if actual is not None and actual != self.expected_interface:
             if self.interface_cache_file:
                 with contextlib.suppress(OSError):
                     os.remove(self.interface_cache_file)
             raise RuntimeError(
-                f"The environment's observation and action sizes ({env_interface(env)}) differ from the ones "
+                f"The environment's observation and action sizes ({actual}) differ from the ones "
                 f"remembered for this task from an earlier run ({self.expected_interface}): the task's code "
                 "changed them. The remembered sizes are removed; start the training again."
             )
