@@ -21,13 +21,13 @@ def test_defaults_are_the_fast_settings_on_a_gpu(recurrent):
     cfg = _resolved(recurrent, device="cuda:0")
     assert cfg.compile is True and cfg.cudagraphs is True
     assert cfg.collector.cudagraph_policy is True and cfg.collector.sync is False
-    # a time loop with the episode starts as a mask, which the CUDA graph can replay (pad splits into new shapes)
-    # as Python steps recomputed in the backward pass, which torch.compile traces faster than the scan operator
-    assert cfg.policy.recurrent_backend == "scan" and cfg.policy.recurrent_recompute == "full"
+    # a time loop with the episode starts as a mask, which the CUDA graph can replay (pad splits into new shapes),
+    # with its backward pass written out (the fused backend)
+    assert cfg.policy.recurrent_backend == "fused" and cfg.policy.recurrent_recompute == "none"
     line = speed_summary(cfg)
     assert line.startswith("update: compiled + CUDA graph")
     assert "inference: CUDA graph; collection: async, 1 worker; batches stored on cuda:0" in line
-    assert ("recurrent backend scan, steps recomputed" in line) == recurrent
+    assert ("(lstm, recurrent backend fused)" in line) == recurrent
 
 
 def test_defaults_are_the_plain_settings_on_the_cpu():
@@ -64,8 +64,8 @@ def test_speed_off_and_the_users_own_values_are_kept():
     cfg = _resolved(True, device="cuda:0", policy__recurrent_backend="triton")
     assert cfg.cudagraphs is True and cfg.policy.recurrent_backend == "triton"
     assert cfg.policy.recurrent_recompute == "none"
-    cfg = _resolved(True, device="cuda:0", policy__recurrent_recompute="none")
-    assert cfg.policy.recurrent_backend == "scan" and cfg.policy.recurrent_recompute == "none"
+    cfg = _resolved(True, device="cuda:0", policy__recurrent_recompute="full")  # torchrl's scan steps, recomputed
+    assert cfg.policy.recurrent_backend == "scan" and cfg.policy.recurrent_recompute == "full"
     # resolving twice changes nothing
     again = resolve_speed_settings(cfg.copy())
     assert again.to_dict() == cfg.to_dict()

@@ -12,6 +12,7 @@ from torch import nn
 from torchrl.modules import MLP, GRUModule, IndependentNormal, LSTMModule, ProbabilisticActor
 
 from .agents.torchrl_cfg import TorchRLPolicyCfg
+from .recurrent import FusedGRUModule, FusedLSTMModule
 
 
 @dataclass(frozen=True)
@@ -85,27 +86,23 @@ ACTIVATION_CLASSES = {
 
 def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name: str, device):
     """An LSTM/GRU module reading ``in_key`` and writing ``<name>_features``; its state is ``<name>_h[/_c]``."""
-    if cfg.rnn_type == "lstm":
-        return LSTMModule(
-            input_size=input_size,
-            hidden_size=cfg.rnn_hidden_size,
-            num_layers=cfg.rnn_num_layers,
-            recurrent_backend=cfg.recurrent_backend,
-            recurrent_recompute=cfg.recurrent_recompute or "none",  # unresolved: torchrl's default
-            in_keys=[in_key, f"{name}_h", f"{name}_c"],
-            out_keys=[f"{name}_features", ("next", f"{name}_h"), ("next", f"{name}_c")],
-            device=device,
-        )
-    return GRUModule(
+    lstm = cfg.rnn_type == "lstm"
+    state_keys = [f"{name}_h", f"{name}_c"] if lstm else [f"{name}_h"]
+    kwargs = dict(
         input_size=input_size,
         hidden_size=cfg.rnn_hidden_size,
         num_layers=cfg.rnn_num_layers,
-        recurrent_backend=cfg.recurrent_backend,
-        recurrent_recompute=cfg.recurrent_recompute or "none",  # unresolved: torchrl's default
-        in_keys=[in_key, f"{name}_h"],
-        out_keys=[f"{name}_features", ("next", f"{name}_h")],
+        in_keys=[in_key, *state_keys],
+        out_keys=[f"{name}_features", *(("next", key) for key in state_keys)],
         device=device,
     )
+    if cfg.recurrent_backend == "fused":
+        return (FusedLSTMModule if lstm else FusedGRUModule)(**kwargs)
+    backend = dict(
+        recurrent_backend=cfg.recurrent_backend,
+        recurrent_recompute=cfg.recurrent_recompute or "none",  # unresolved: torchrl's default
+    )
+    return (LSTMModule if lstm else GRUModule)(**kwargs, **backend)
 
 
 def make_models(

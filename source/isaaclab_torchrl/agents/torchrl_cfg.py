@@ -12,7 +12,7 @@ from dataclasses import MISSING
 from isaaclab.utils import configclass
 
 RNN_TYPES = ("lstm", "gru")
-RECURRENT_BACKENDS = ("auto", "pad", "scan", "triton")
+RECURRENT_BACKENDS = ("auto", "pad", "scan", "triton", "fused")
 RECURRENT_RECOMPUTE = ("none", "full")
 SPEEDS = ("auto", "off")
 NOISE_STD_TYPES = ("scalar", "log")

@@ -58,10 +58,10 @@ def validate_policy_cfg(policy: TorchRLPolicyCfg) -> None:
             raise ConfigError("agent.policy.rnn_hidden_size and rnn_num_layers must be >= 1.")
     _one_of("agent.policy.recurrent_backend", policy.recurrent_backend, RECURRENT_BACKENDS)
     _one_of("agent.policy.recurrent_recompute", policy.recurrent_recompute, (*RECURRENT_RECOMPUTE, None))
-    if policy.recurrent_backend in ("pad", "auto") and policy.recurrent_recompute == "full":
+    if policy.recurrent_backend in ("pad", "fused", "auto") and policy.recurrent_recompute == "full":
         raise ConfigError(
-            "agent.policy.recurrent_recompute=full needs agent.policy.recurrent_backend=scan (or triton): torchrl's "
-            "pad backend lets cuDNN keep what its backward pass needs."
+            "agent.policy.recurrent_recompute=full needs agent.policy.recurrent_backend=scan (or triton): the pad "
+            "and fused backends keep what their backward pass needs."
         )
     _one_of("agent.policy.noise_std_type", policy.noise_std_type, NOISE_STD_TYPES)
     _one_of("agent.policy.activation", str(policy.activation).lower(), ACTIVATIONS)
@@ -101,7 +101,7 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
     """Gives the speed settings left at ``None`` their values for the config's devices (``agent.speed``), in place.
 
     With ``speed="auto"``: on a CUDA learner the update is compiled and replayed as a CUDA graph (recurrent layers
-    with the ``scan`` backend, which a graph can replay; elsewhere ``pad``); on a CUDA
+    with the ``fused`` backend, which a graph can replay; elsewhere ``pad``); on a CUDA
     simulation device the workers' inference is graphed and collection is asynchronous (lag-corrected PPO). On the
     CPU, and with ``speed="off"``, everything stays plain and synchronous. Values set by the user are kept.
     """
@@ -117,8 +117,9 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
     if collector.cudagraph_policy is None:
         collector.cudagraph_policy = fast and cuda_simulation
     if agent_cfg.policy.recurrent_backend == "auto":
-        # torchrl's scan needs its backward checked before torch.compile, which it does for an explicit "scan" only
-        agent_cfg.policy.recurrent_backend = "scan" if agent_cfg.cudagraphs else "pad"
+        # fixed shapes for the graph; eagerly (the CPU), cuDNN's or oneDNN's layers over split trajectories are as fast
+        graphed = "scan" if agent_cfg.policy.recurrent_recompute == "full" else "fused"  # recompute: scan's only
+        agent_cfg.policy.recurrent_backend = graphed if agent_cfg.cudagraphs else "pad"
     if agent_cfg.policy.recurrent_recompute is None:
         # scan's steps as a Python loop: a third of the scan operator's compile time (H200), a slower update
         agent_cfg.policy.recurrent_recompute = "full" if agent_cfg.policy.recurrent_backend == "scan" else "none"
