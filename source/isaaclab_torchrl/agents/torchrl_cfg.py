@@ -32,17 +32,20 @@ class TorchRLPolicyCfg:
     rnn_hidden_size: int = 256
     rnn_num_layers: int = 1
     recurrent_backend: str = "auto"
-    """Backend of the recurrent layers over whole trajectory slices (GAE and the update): ``"pad"`` (cuDNN over
-    trajectories split at episode starts; a CUDA graph cannot replay it), ``"scan"`` (a time loop with the starts
-    as a mask: the graphed update uses it; eagerly, the scan operator's backward is far slower on a GPU) or
-    ``"triton"``. ``"auto"``: ``"scan"`` where the update is a CUDA graph, else ``"pad"`` (set with the speed
-    settings, see :attr:`TorchRLRunnerCfg.speed`). Collection steps them one step at a time."""
+    """Backend of the recurrent layers over whole trajectory slices (GAE and the update): ``"pad"`` (torchrl's: cuDNN
+    over trajectories split at episode starts; a CUDA graph cannot replay it), ``"fused"`` (this project's, see
+    :mod:`isaaclab_torchrl.recurrent`: a time loop with the starts as a mask and its backward pass written out, for
+    the graphed update), torchrl's ``"scan"`` (the same loop, its backward traced) or ``"triton"``. ``"auto"``:
+    ``"fused"`` where the update is a CUDA graph, else ``"pad"`` (set with the speed settings, see
+    :attr:`TorchRLRunnerCfg.speed`). ANYmal LSTM 256 on an H200, the update alone: fused 245 ms graphed (935 ms
+    eager), scan with its steps recomputed 297 ms graphed, pad 454 ms eager (``benchmarks/README.md``). Collection
+    steps the layers one step at a time, with cuDNN, whatever the backend."""
     recurrent_recompute: str | None = None
     """torchrl's ``recurrent_recompute`` of the ``scan`` and ``triton`` backends: ``"full"`` runs ``scan``'s time loop
     as Python steps recomputed in the backward pass, ``"none"`` uses the scan operator. Compiled on an H200 (ANYmal,
     LSTM 256), the steps compile in 34 s instead of 115 s and update in 341 ms instead of 237 ms
-    (``benchmarks/README.md``). ``None``: ``"full"`` for ``scan``, ``"none"`` for the others (``pad`` takes
-    ``"none"`` only)."""
+    (``benchmarks/README.md``). ``None``: ``"full"`` for ``scan`` (and ``"auto"`` then resolves to ``scan`` where the
+    update is graphed), ``"none"`` for the others (``pad`` and ``fused`` take ``"none"`` only)."""
     actor_hidden_dims: list[int] = MISSING
     critic_hidden_dims: list[int] = MISSING
     activation: str = "elu"

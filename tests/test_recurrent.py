@@ -1,0 +1,71 @@
+"""The ``fused`` recurrent backend (the graphed update's) computes what torchrl's ``pad`` backend computes: the
+features, the states written at the trajectories' ends and every gradient, over slices with episode starts in the
+middle, eagerly and under ``torch.compile`` (which the GPU's graphed update runs it in)."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
+
+from isaaclab_torchrl.recurrent import FusedGRUModule, FusedLSTMModule
+
+B, T, IN, HIDDEN = 6, 7, 3, 5
+
+
+def _modules(rnn_type: str, num_layers: int):
+    states = ["h", "c"] if rnn_type == "lstm" else ["h"]
+    kwargs = dict(
+        input_size=IN,
+        hidden_size=HIDDEN,
+        num_layers=num_layers,
+        in_keys=["x", *states],
+        out_keys=["y", *(("next", key) for key in states)],
+    )
+    reference_class, fused_class = (LSTMModule, FusedLSTMModule) if rnn_type == "lstm" else (GRUModule, FusedGRUModule)
+    reference = reference_class(**kwargs, recurrent_backend="pad")
+    fused = fused_class(**kwargs)
+    fused.load_state_dict(reference.state_dict())  # the same parameter names: checkpoints move between backends
+    return reference, fused, [("next", key) for key in states]
+
+
+def _slices(rnn_type: str, num_layers: int) -> TensorDict:
+    generator = torch.Generator().manual_seed(1)
+    is_init = torch.rand(B, T, 1, generator=generator) < 0.3
+    is_init[:, 0] = True
+    is_init[1] = False  # a slice that continues an episode from a stored state
+    is_init[2, 3:5] = True  # an episode of one step
+    # the stored states, zero where an episode starts (what the collectors store)
+    states = {
+        key: torch.randn(B, T, num_layers, HIDDEN, generator=generator) * ~is_init.unsqueeze(-1) for key in ("h", "c")
+    }
+    if rnn_type == "gru":
+        del states["c"]
+    return TensorDict({"x": torch.randn(B, T, IN, generator=generator), "is_init": is_init, **states}, [B, T])
+
+
+def _outputs_and_gradients(module, slices: TensorDict, state_keys):
+    slices = slices.clone()
+    x = slices["x"].requires_grad_(True)
+    with set_recurrent_mode(True):
+        out = module(slices)
+    loss = out["y"].square().sum() + sum(0.3 * out[key].sum() for key in state_keys)
+    gradients = torch.autograd.grad(loss, [*module.parameters(), x])
+    return [out["y"], *(out[key] for key in state_keys)], gradients
+
+
+@pytest.mark.parametrize("rnn_type", ["lstm", "gru"])
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_fused_backend_equals_torchrls_pad_backend(rnn_type, num_layers):
+    torch.manual_seed(0)
+    reference, fused, state_keys = _modules(rnn_type, num_layers)
+    slices = _slices(rnn_type, num_layers)
+    expected_outputs, expected_gradients = _outputs_and_gradients(reference, slices, state_keys)
+    modules = [fused, torch.compile(fused)] if num_layers == 1 else [fused]
+    for module in modules:
+        outputs, gradients = _outputs_and_gradients(module, slices, state_keys)
+        for actual, expected in zip(outputs + list(gradients), expected_outputs + list(expected_gradients), strict=True):
+            torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    # the step-by-step path (collection) is torchrl's own: one step from the stored state gives the first feature
+    with set_recurrent_mode(False):
+        step = fused(slices[:, 0].clone())
+    torch.testing.assert_close(step["y"], expected_outputs[0][:, 0], atol=1e-5, rtol=1e-5)
