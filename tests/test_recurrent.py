@@ -63,8 +63,9 @@ def test_fused_backend_equals_torchrls_pad_backend(rnn_type, num_layers):
     modules = [fused, torch.compile(fused)] if num_layers == 1 else [fused]
     for module in modules:
         outputs, gradients = _outputs_and_gradients(module, slices, state_keys)
-        for actual, expected in zip(outputs + list(gradients), expected_outputs + list(expected_gradients), strict=True):
-            torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+        expected = expected_outputs + list(expected_gradients)
+        for actual, wanted in zip(outputs + list(gradients), expected, strict=True):
+            torch.testing.assert_close(actual, wanted, atol=1e-5, rtol=1e-5)
     # the step-by-step path (collection) is torchrl's own: one step from the stored state gives the first feature
     with set_recurrent_mode(False):
         step = fused(slices[:, 0].clone())
