@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import importlib.metadata
 import os
 import re
 import subprocess
@@ -50,6 +51,14 @@ def script_env(extra_env: dict | None = None, offline_switch: bool = False) -> d
         env["ISAACSIM_ASSET_ROOT"] = OFFLINE_ASSET_ROOT
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def script_env_with_cache_home(cache_home: str) -> dict:
+    """:func:`script_env` with a user cache folder of its own (``XDG_CACHE_HOME``) for this project's caches, and Warp's
+    kernels where they are without it, so that the test does not recompile them."""
+    usual = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    warp_cache = os.path.join(usual, "warp", importlib.metadata.version("warp-lang"))
+    return script_env({"XDG_CACHE_HOME": cache_home, "WARP_CACHE_PATH": warp_cache})
 
 
 def run_script(

@@ -2,21 +2,17 @@
 folder; a worker whose environment disagrees with the remembered sizes stops the run and removes them."""
 
 import glob
-import importlib.metadata
 import json
 import os
 
-from conftest import CPU_ARGS, assert_ok, run_script, script_env
+from conftest import CPU_ARGS, assert_ok, run_script, script_env_with_cache_home
 
 ARGS = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--max_iterations", "1", *CPU_ARGS]
 
 
 def test_sizes_are_remembered_and_a_stale_entry_stops_the_run_and_is_removed(workdir):
     cache_home = os.path.join(str(workdir), "cache")
-    # Warp keeps its kernels where it would without the new cache folder (no recompiling them for this test)
-    warp_cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "warp")
-    env = script_env({"XDG_CACHE_HOME": cache_home})
-    env["WARP_CACHE_PATH"] = os.path.join(warp_cache, importlib.metadata.version("warp-lang"))
+    env = script_env_with_cache_home(cache_home)
     first = run_script("train.py", ARGS, cwd=workdir, env=env)
     assert_ok(first)
     assert "; 1 actions (read by a probe process)" in first.stdout

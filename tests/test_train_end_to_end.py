@@ -1,12 +1,20 @@
 """scripts/train.py end to end: LSTM agent, two collector subprocesses, real Isaac Lab (kitless Newton, CPU)."""
 
-import importlib.metadata
 import os
 
 import torch
 import yaml
 
-from conftest import CPU_ARGS, Training, assert_ok, run_dirs, run_script, scalars, script_env, worker_pids
+from conftest import (
+    CPU_ARGS,
+    Training,
+    assert_ok,
+    run_dirs,
+    run_script,
+    scalars,
+    script_env_with_cache_home,
+    worker_pids,
+)
 
 
 def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
@@ -82,10 +90,7 @@ def test_async_with_two_workers_updates_on_every_environment_with_lag_correction
     args = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--num_collectors", "2", "--async"]
     args += ["--max_iterations", "3", *CPU_ARGS, "agent.policy.actor_obs_normalization=true", "agent.compile=true"]
     cache_home = os.path.join(str(workdir), "cache")
-    # Warp keeps its kernels where it would without the new cache folder (no recompiling them for this test)
-    warp_cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "warp")
-    warp_cache = os.path.join(warp_cache, importlib.metadata.version("warp-lang"))
-    env = script_env({"XDG_CACHE_HOME": cache_home, "WARP_CACHE_PATH": warp_cache})
+    env = script_env_with_cache_home(cache_home)
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     process = run_script("train.py", args, cwd=workdir, env=env)
     assert_ok(process)
