@@ -105,7 +105,7 @@ class Collection:
         if self._watchdog is not None:
             self._watchdog.stop()
             # a second Ctrl-C: no waiting for the workers' rollouts; a failed worker: the others are not waited for
-            # either (a clean shutdown takes a worker 8-10 s of native teardown, which would delay the report)
+            # either (nothing of theirs is needed, and a worker in the middle of a rollout would delay the report)
             if exc_type is KeyboardInterrupt or (exc_type is not None and issubclass(exc_type, WorkerFailure)):
                 self._watchdog.kill_workers()
         processes = list(getattr(self._collector, "procs", []))
