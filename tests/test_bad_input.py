@@ -89,10 +89,10 @@ SPEED_OPTION_CASES = {
         {"device": "cuda:0", "compile": True, "cudagraphs": True, "policy.recurrent_backend": "pad"},
         "cannot replay the 'pad' recurrent backend",
     ),
-    "recomputed steps with the pad recurrent backend": (
+    "a recurrent backend that is not offered": (
         True,
-        {"device": "cpu", "policy.recurrent_recompute": "full"},
-        "agent.policy.recurrent_recompute=full needs agent.policy.recurrent_backend=scan",
+        {"device": "cpu", "policy.recurrent_backend": "scan"},
+        "agent.policy.recurrent_backend must be one of ('auto', 'pad', 'fused')",
     ),
     "CUDA graphs on a CPU learner": (
         False,
@@ -122,7 +122,7 @@ def test_incompatible_speed_options_are_rejected(case):
     # the same options in the combination that works pass the check
     agent_cfg.compile = agent_cfg.cudagraphs = False
     agent_cfg.collector.cudagraph_policy = False
-    agent_cfg.policy.recurrent_recompute = None
+    agent_cfg.policy.recurrent_backend = "auto"
     agent_cfg.speed = "auto"
     validate_agent_cfg(agent_cfg, num_envs=64)
 

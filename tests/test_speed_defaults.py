@@ -23,7 +23,7 @@ def test_defaults_are_the_fast_settings_on_a_gpu(recurrent):
     assert cfg.collector.cudagraph_policy is True and cfg.collector.sync is False
     # a time loop with the episode starts as a mask, which the CUDA graph can replay (pad splits into new shapes),
     # with its backward pass written out (the fused backend)
-    assert cfg.policy.recurrent_backend == "fused" and cfg.policy.recurrent_recompute == "none"
+    assert cfg.policy.recurrent_backend == "fused"
     line = speed_summary(cfg)
     assert line.startswith("update: compiled + CUDA graph")
     assert "inference: CUDA graph; collection: async, 1 worker; batches stored on cuda:0" in line
@@ -34,7 +34,7 @@ def test_defaults_are_the_plain_settings_on_the_cpu():
     cfg = _resolved(True, device="cpu")
     assert cfg.compile is False and cfg.cudagraphs is False
     assert cfg.collector.cudagraph_policy is False and cfg.collector.sync is True
-    assert cfg.policy.recurrent_backend == "pad" and cfg.policy.recurrent_recompute == "none"
+    assert cfg.policy.recurrent_backend == "pad"
     assert speed_summary(cfg) == (
         "update: eager (lstm, recurrent backend pad); inference: eager; collection: sync, 1 worker; "
         "batches stored on cpu"
@@ -61,11 +61,8 @@ def test_speed_off_and_the_users_own_values_are_kept():
     assert cfg.collector.sync is True and cfg.collector.cudagraph_policy is True
     cfg = _resolved(True, device="cuda:0", compile=False)
     assert cfg.cudagraphs is False and cfg.policy.recurrent_backend == "pad"
-    cfg = _resolved(True, device="cuda:0", policy__recurrent_backend="triton")
-    assert cfg.cudagraphs is True and cfg.policy.recurrent_backend == "triton"
-    assert cfg.policy.recurrent_recompute == "none"
-    cfg = _resolved(True, device="cuda:0", policy__recurrent_recompute="full")  # torchrl's scan steps, recomputed
-    assert cfg.policy.recurrent_backend == "scan" and cfg.policy.recurrent_recompute == "full"
+    cfg = _resolved(True, device="cuda:0", speed="off", policy__recurrent_backend="fused")
+    assert cfg.cudagraphs is False and cfg.policy.recurrent_backend == "fused"
     # resolving twice changes nothing
     again = resolve_speed_settings(cfg.copy())
     assert again.to_dict() == cfg.to_dict()

@@ -30,6 +30,12 @@ class EnvInterface:
     critic_obs_dim: int
     action_dim: int
 
+    def __str__(self) -> str:
+        return (
+            f"actor observes {', '.join(self.actor_obs_keys)} ({self.actor_obs_dim}), critic "
+            f"{', '.join(self.critic_obs_keys)} ({self.critic_obs_dim}); {self.action_dim} actions"
+        )
+
     @property
     def obs_keys(self) -> tuple[str, ...]:
         """Every observation group either network reads."""
@@ -98,11 +104,7 @@ def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name:
     )
     if cfg.recurrent_backend == "fused":
         return (FusedLSTMModule if lstm else FusedGRUModule)(**kwargs)
-    backend = dict(
-        recurrent_backend=cfg.recurrent_backend,
-        recurrent_recompute=cfg.recurrent_recompute or "none",  # unresolved: torchrl's default
-    )
-    return (LSTMModule if lstm else GRUModule)(**kwargs, **backend)
+    return (LSTMModule if lstm else GRUModule)(**kwargs, recurrent_backend="pad")
 
 
 def make_models(
@@ -225,11 +227,8 @@ def make_collection_policy(actor: ProbabilisticActor, critic: TensorDictSequenti
 
 
 class CollectionPolicyFactory:
-    """Picklable builder of the collection policy inside a collector subprocess.
-
-    The workers step the recurrent layers one step at a time, where the trajectory backend does not apply: they
-    build them with the default one (``pad``), which needs nothing compiled. The weights are the same.
-    """
+    """Picklable builder of the collection policy inside a collector subprocess: the learner's networks, built from
+    the same config (the workers step the recurrent layers one step at a time, with cuDNN, whatever the backend)."""
 
     def __init__(self, cfg: TorchRLPolicyCfg, interface: EnvInterface, device: str):
         self.cfg = cfg
@@ -237,6 +236,5 @@ class CollectionPolicyFactory:
         self.device = device
 
     def __call__(self):
-        cfg = self.cfg.replace(recurrent_backend="pad", recurrent_recompute="none")
-        actor, critic = make_models(cfg, self.interface, self.device)
+        actor, critic = make_models(self.cfg, self.interface, self.device)
         return make_collection_policy(actor, critic, self.cfg)

@@ -12,8 +12,7 @@ from dataclasses import MISSING
 from isaaclab.utils import configclass
 
 RNN_TYPES = ("lstm", "gru")
-RECURRENT_BACKENDS = ("auto", "pad", "scan", "triton", "fused")
-RECURRENT_RECOMPUTE = ("none", "full")
+RECURRENT_BACKENDS = ("auto", "pad", "fused")
 SPEEDS = ("auto", "off")
 NOISE_STD_TYPES = ("scalar", "log")
 ACTIVATIONS = ("elu", "relu", "tanh", "selu", "leakyrelu", "gelu", "silu")
@@ -32,20 +31,12 @@ class TorchRLPolicyCfg:
     rnn_hidden_size: int = 256
     rnn_num_layers: int = 1
     recurrent_backend: str = "auto"
-    """Backend of the recurrent layers over whole trajectory slices (GAE and the update): ``"pad"`` (torchrl's: cuDNN
-    over trajectories split at episode starts; a CUDA graph cannot replay it), ``"fused"`` (this project's, see
-    :mod:`isaaclab_torchrl.recurrent`: a time loop with the starts as a mask and its backward pass written out, for
-    the graphed update), torchrl's ``"scan"`` (the same loop, its backward traced) or ``"triton"``. ``"auto"``:
-    ``"fused"`` where the update is a CUDA graph, else ``"pad"`` (set with the speed settings, see
-    :attr:`TorchRLRunnerCfg.speed`). ANYmal LSTM 256 on an H200, the update alone: fused 245 ms graphed (935 ms
-    eager), scan with its steps recomputed 297 ms graphed, pad 454 ms eager (``benchmarks/README.md``). Collection
-    steps the layers one step at a time, with cuDNN, whatever the backend."""
-    recurrent_recompute: str | None = None
-    """torchrl's ``recurrent_recompute`` of the ``scan`` and ``triton`` backends: ``"full"`` runs ``scan``'s time loop
-    as Python steps recomputed in the backward pass, ``"none"`` uses the scan operator. Compiled on an H200 (ANYmal,
-    LSTM 256), the steps compile in 34 s instead of 115 s and update in 341 ms instead of 237 ms
-    (``benchmarks/README.md``). ``None``: ``"full"`` for ``scan`` (and ``"auto"`` then resolves to ``scan`` where the
-    update is graphed), ``"none"`` for the others (``pad`` and ``fused`` take ``"none"`` only)."""
+    """How the recurrent layers run over whole trajectory slices (GAE and the update): ``"pad"`` (torchrl's: cuDNN
+    over the slices split at episode starts, data-dependent shapes that a CUDA graph cannot replay) or ``"fused"``
+    (:mod:`isaaclab_torchrl.recurrent`: a time loop of fixed length with the episode starts as a mask and its
+    backward pass written out, which a CUDA graph replays). ``"auto"``: ``"fused"`` where the update is a CUDA
+    graph, else ``"pad"``, the faster one eagerly (docs/benchmarks.md). Collection steps the layers one step at a
+    time with cuDNN, whatever the backend; checkpoints move between backends."""
     actor_hidden_dims: list[int] = MISSING
     critic_hidden_dims: list[int] = MISSING
     activation: str = "elu"
