@@ -12,7 +12,7 @@ from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import set_recurrent_mode
 
-from isaaclab_torchrl.agents import TorchRLCollectorCfg, TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
+from isaaclab_torchrl.agents import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
 from isaaclab_torchrl.models import EnvInterface
 from isaaclab_torchrl.runners import PPO
 from isaaclab_torchrl.runners.ppo import MAX_IMPORTANCE_WEIGHT
@@ -28,10 +28,9 @@ def _learner(rnn_type) -> PPO:
         experiment_name="test",
         policy=TorchRLPolicyCfg(rnn_type=rnn_type, rnn_hidden_size=6, actor_hidden_dims=[8], critic_hidden_dims=[8]),
         algorithm=TorchRLPpoCfg(num_learning_epochs=1, num_mini_batches=1, learning_rate=1e-3),
-        collector=TorchRLCollectorCfg(sync=False),
     )
     torch.manual_seed(0)
-    return PPO(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, ACT), "cpu")
+    return PPO(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, ACT), "cpu", lag_corrected=True)
 
 
 def _rollout(learner: PPO, actions=None) -> TensorDict:

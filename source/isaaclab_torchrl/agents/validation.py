@@ -1,11 +1,13 @@
 """The one check of an agent config: every rule a training config must meet, tested before any simulator starts.
 
-``scripts/train.py`` calls :func:`validate_agent_cfg` once the config is resolved (Hydra overrides and command-line
-arguments applied); ``scripts/play.py`` calls :func:`validate_policy_cfg` on the networks it rebuilds.
+:func:`validate_agent_cfg` runs once, when the config is resolved (Hydra overrides and command-line arguments
+applied, :func:`isaaclab_torchrl.training.resolve_configs`); what it leaves is what the runner, the learner, the
+workers and ``--print_config`` see. :func:`validate_policy_cfg` checks the networks a checkpoint rebuilds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import netrc
 import os
@@ -16,7 +18,6 @@ from .torchrl_cfg import (
     ACTIVATIONS,
     NOISE_STD_TYPES,
     RECURRENT_BACKENDS,
-    RECURRENT_RECOMPUTE,
     RNN_TYPES,
     SCHEDULES,
     SPEEDS,
@@ -29,6 +30,28 @@ from .torchrl_cfg import (
 
 class ConfigError(ValueError):
     """A config value that cannot train; the message names the field and what it may be."""
+
+
+def unset_fields(cfg, path: str = "agent") -> list[str]:
+    """The dotted paths of the fields of ``cfg`` (and of the configs inside it) that are still ``MISSING``."""
+    unset = []
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name, dataclasses.MISSING)
+        if isinstance(value, type(dataclasses.MISSING)):  # configclass copies the MISSING default
+            unset.append(f"{path}.{field.name}")
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            unset += unset_fields(value, f"{path}.{field.name}")
+    return unset
+
+
+def check_required_fields(agent_cfg: TorchRLRunnerCfg) -> None:
+    """Rejects an agent config that leaves required fields unset (as rsl_rl's configs, these have no default)."""
+    unset = unset_fields(agent_cfg)
+    if unset:
+        raise ConfigError(
+            f"The agent config {type(agent_cfg).__name__} leaves required fields unset: {', '.join(unset)}; set them "
+            "in the config (a whole section such as agent.policy as a TorchRLPolicyCfg) or on the command line."
+        )
 
 
 def check_device(name: str, option: str) -> None:
@@ -57,12 +80,6 @@ def validate_policy_cfg(policy: TorchRLPolicyCfg) -> None:
         if policy.rnn_hidden_size < 1 or policy.rnn_num_layers < 1:
             raise ConfigError("agent.policy.rnn_hidden_size and rnn_num_layers must be >= 1.")
     _one_of("agent.policy.recurrent_backend", policy.recurrent_backend, RECURRENT_BACKENDS)
-    _one_of("agent.policy.recurrent_recompute", policy.recurrent_recompute, (*RECURRENT_RECOMPUTE, None))
-    if policy.recurrent_backend in ("pad", "fused", "auto") and policy.recurrent_recompute == "full":
-        raise ConfigError(
-            "agent.policy.recurrent_recompute=full needs agent.policy.recurrent_backend=scan (or triton): the pad "
-            "and fused backends keep what their backward pass needs."
-        )
     _one_of("agent.policy.noise_std_type", policy.noise_std_type, NOISE_STD_TYPES)
     _one_of("agent.policy.activation", str(policy.activation).lower(), ACTIVATIONS)
     if policy.init_noise_std <= 0:
@@ -117,13 +134,8 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
     if collector.cudagraph_policy is None:
         collector.cudagraph_policy = fast and cuda_simulation
     if agent_cfg.policy.recurrent_backend == "auto":
-        # fixed shapes for the graph; eagerly, pad's cuDNN over split trajectories is faster (H200, ANYmal LSTM:
-        # 454 ms against 935 ms per update; about equal on the CPU)
-        graphed = "scan" if agent_cfg.policy.recurrent_recompute == "full" else "fused"  # recompute: scan's only
-        agent_cfg.policy.recurrent_backend = graphed if agent_cfg.cudagraphs else "pad"
-    if agent_cfg.policy.recurrent_recompute is None:
-        # scan's steps as a Python loop: a third of the scan operator's compile time (H200), a slower update
-        agent_cfg.policy.recurrent_recompute = "full" if agent_cfg.policy.recurrent_backend == "scan" else "none"
+        # fixed shapes for the graph; eagerly, pad's cuDNN over split trajectories is faster (docs/benchmarks.md)
+        agent_cfg.policy.recurrent_backend = "fused" if agent_cfg.cudagraphs else "pad"
     if collector.sync is None:
         # asynchronous collection learned as well as synchronous at equal env steps on the GPU (learning.py, H200)
         collector.sync = not (fast and cuda_simulation)
@@ -135,8 +147,7 @@ def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
     collector, policy = agent_cfg.collector, agent_cfg.policy
     update = "compiled + CUDA graph" if agent_cfg.cudagraphs else "compiled" if agent_cfg.compile else "eager"
     if policy.rnn_type is not None:
-        steps = ", steps recomputed" if policy.recurrent_recompute == "full" else ""
-        update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend}{steps})"
+        update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend})"
     workers = collector.num_collectors
     storage = collector.storing_device or agent_cfg.device
     return (
@@ -147,8 +158,9 @@ def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
 
 
 def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
-    """Rejects training configurations that cannot train, before any simulator starts (after giving the speed
-    settings left at ``None`` their values, :func:`resolve_speed_settings`).
+    """Makes ``agent_cfg`` the config that trains, in place, before any simulator starts: the one place where it
+    is resolved and checked. Required fields must be set; the speed settings left at ``None`` (and the recurrent
+    backend ``auto``) get their values (:func:`resolve_speed_settings`); then every rule is checked.
 
     Args:
         agent_cfg: The resolved agent config (``agent_cfg.device`` is the simulation device).
@@ -157,6 +169,7 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
     Raises:
         ConfigError: naming the field and its allowed range.
     """
+    check_required_fields(agent_cfg)
     collector, algo, policy = agent_cfg.collector, agent_cfg.algorithm, agent_cfg.policy
     resolve_speed_settings(agent_cfg)
     validate_policy_cfg(policy)
@@ -201,7 +214,7 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         if policy.rnn_type is not None and policy.recurrent_backend == "pad":
             raise ConfigError(
                 "agent.cudagraphs=true cannot replay the 'pad' recurrent backend (it splits trajectories into "
-                "data-dependent shapes); set agent.policy.recurrent_backend=auto (or scan) or "
+                "data-dependent shapes); set agent.policy.recurrent_backend=auto (or fused) or "
                 "agent.cudagraphs=false."
             )
         train_device = agent_cfg.train_device or agent_cfg.device

@@ -10,7 +10,6 @@ import torch
 import yaml
 
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
-from ..agents.validation import resolve_speed_settings
 from ..envs import IsaacLabEnvFactory
 from ..models import EnvInterface
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -32,7 +31,8 @@ class TorchRLRunner:
     Args:
         env_factories: One factory per collector subprocess.
         interface: Observation and action sizes, read from a worker's environment.
-        cfg: The runner configuration.
+        cfg: The runner configuration, resolved and checked by
+            :func:`~isaaclab_torchrl.agents.validation.validate_agent_cfg`.
         log_dir: Run folder for TensorBoard events and checkpoints; ``None`` disables both.
         distributed: This rank's place in a data-parallel group, or ``None``.
     """
@@ -48,13 +48,17 @@ class TorchRLRunner:
         log_dir: str | None,
         distributed: DistributedContext | None = None,
     ):
-        self.cfg = resolve_speed_settings(cfg)  # done already where the config came through validate_agent_cfg
+        if None in (cfg.compile, cfg.cudagraphs, cfg.collector.sync, cfg.collector.cudagraph_policy):
+            raise ValueError("TorchRLRunner trains a resolved config: pass it through validate_agent_cfg first.")
+        self.cfg = cfg
         self.env_factories = env_factories
         self.interface = interface
         self.log_dir = log_dir
         self.distributed = distributed
         torch.manual_seed(cfg.seed)
-        self.learner = PPO(cfg, interface, cfg.train_device or cfg.device, distributed)
+        self.learner = PPO(
+            cfg, interface, cfg.train_device or cfg.device, distributed, lag_corrected=not cfg.collector.sync
+        )
         self.iteration = 0
         self._last_saved = None
         self.tracker = Tracker()

@@ -74,6 +74,7 @@ class PPO:
         interface: Observation groups and sizes of the task, and the action size.
         device: The learner's device.
         distributed: This rank's place in a data-parallel group, or ``None``.
+        lag_corrected: Correct for the workers' policy lag (asynchronous collection).
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class PPO:
         interface: EnvInterface,
         device: torch.device | str,
         distributed: DistributedContext | None = None,
+        lag_corrected: bool = False,
     ):
         self.cfg = cfg
         self.interface = interface
@@ -133,7 +135,7 @@ class PPO:
             )
         self.communication_time = 0.0
         """Seconds spent in all-reduces since the last :meth:`update` began."""
-        self.lag_corrected = cfg.collector.sync is False
+        self.lag_corrected = lag_corrected
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One PPO update on a collected batch: GAE, then epochs of minibatches of whole trajectory slices.
