@@ -78,6 +78,64 @@ def add_isaaclab_args(parser: argparse.ArgumentParser, train: bool) -> None:
     parser.set_defaults(device=None)
 
 
+def make_train_parser() -> argparse.ArgumentParser:
+    """``scripts/train.py``'s command line: Isaac Lab's train arguments and this runner's own."""
+    parser = argparse.ArgumentParser(description="Train an Isaac Lab task with TorchRL.")
+    add_isaaclab_args(parser, train=True)
+    parser.add_argument("--num_collectors", type=int, default=None, help="Collector subprocesses.")
+    parser.add_argument(
+        "--async", dest="async_collection", action="store_true", default=None, help="Collect while learning."
+    )
+    parser.add_argument("--train_device", type=str, default=None, help="Learner device (default: --device).")
+    parser.add_argument(
+        "--resume", action="store_true", default=False, help="Continue the newest run's last checkpoint."
+    )
+    parser.add_argument("--load_run", type=str, default=".*", help="With --resume: regex of the run folder (newest).")
+    parser.add_argument(
+        "--checkpoint",
+        type=str,
+        default=None,
+        help="Continue from this checkpoint (file, run folder, 'latest' or a file-name regex); implies --resume.",
+    )
+    parser.add_argument(
+        "--print_config", action="store_true", help="Print the resolved agent config as YAML and exit (no training)."
+    )
+    return parser
+
+
+def make_play_parser() -> argparse.ArgumentParser:
+    """``scripts/play.py``'s command line: Isaac Lab's play arguments and this runner's own."""
+    parser = argparse.ArgumentParser(description="Play a policy trained with isaaclab_torchrl.")
+    parser.add_argument(
+        "--checkpoint", type=str, default="latest", help="Checkpoint file, run folder, 'latest' or a file-name regex."
+    )
+    parser.add_argument("--load_run", type=str, default=".*", help="Regex of the run folder (newest match).")
+    parser.add_argument("--num_episodes", type=int, default=10, help="Stop after this many finished episodes.")
+    parser.add_argument("--max_steps", type=int, default=2000, help="Stop after this many environment steps.")
+    add_isaaclab_args(parser, train=False)
+    return parser
+
+
+def apply_train_args(args: argparse.Namespace, agent_cfg) -> None:
+    """Writes the training arguments given on the command line into the agent config."""
+    if args.max_iterations is not None:
+        agent_cfg.max_iterations = args.max_iterations
+    if args.num_collectors is not None:
+        agent_cfg.collector.num_collectors = args.num_collectors
+    if args.async_collection is not None:
+        agent_cfg.collector.sync = not args.async_collection
+    if args.train_device is not None:
+        agent_cfg.train_device = args.train_device
+    if args.experiment_name is not None:
+        agent_cfg.experiment_name = args.experiment_name
+    if args.run_name is not None:
+        agent_cfg.run_name = args.run_name
+    if args.logger is not None:
+        agent_cfg.logger = args.logger
+    if args.log_project_name is not None:
+        agent_cfg.wandb_project = agent_cfg.neptune_project = agent_cfg.mlflow_experiment = args.log_project_name
+
+
 def check_isaaclab_args(args: argparse.Namespace, train: bool) -> None:
     """Rejects the Isaac Lab arguments that cannot apply to this runner, warns about those that do nothing here,
     and resolves ``--seed -1`` (a random seed) as Isaac Lab does.

@@ -241,9 +241,9 @@ class IsaacLabEnvFactory:
                 with contextlib.suppress(OSError):
                     os.remove(self.interface_cache_file)
             raise RuntimeError(
-                f"The environment's observation and action sizes ({actual}) differ from the ones "
-                f"remembered for this task from an earlier run ({self.expected_interface}): the task's code "
-                "changed them. The remembered sizes are removed; start the training again."
+                f"The environment's sizes ({actual}) differ from the ones remembered for this task from an earlier "
+                f"run ({self.expected_interface}): the task's code changed them. The remembered sizes are removed; "
+                "start the training again."
             )
         return env
 

@@ -2,12 +2,14 @@
 read from the environment once, in a short-lived probe subprocess, and remembered in the user's cache folder.
 
 The main process never simulates, yet it must know the network sizes before the collector workers start. A probe
-process that builds the task with one environment tells it, at the cost of a second simulation start (26 s for
-ANYmal on an H200, ``benchmarks/README.md``). The answer depends only on the task's config and code, so it is kept
-under a digest of both (:func:`interface_key`); the next run of the same task skips the probe. Each worker checks
-the sizes of the environment it builds against the ones the policy was built for
-(:meth:`~isaaclab_torchrl.envs.IsaacLabEnvFactory.__call__`): a stale entry, left by code that changed an
-observation's size without changing any config or task module, stops the run with one line and is removed.
+process that builds the task with one environment tells it, at the cost of a second simulation start
+(docs/benchmarks.md). The answer depends only on the task's config and code, so it is kept under a digest of
+what decides it (:func:`interface_key`); the next run of the same task skips the probe. Two checks catch an entry
+that is stale all the same (code that changed an observation's size where the digest does not look): each worker
+compares the sizes of the environment it builds with the remembered ones
+(:meth:`~isaaclab_torchrl.envs.IsaacLabEnvFactory.__call__`), and a checkpoint that does not fit the remembered
+sizes makes the probe run again before the checkpoint is blamed (:func:`isaaclab_torchrl.training.start`). Either
+way the stale entry is named and replaced or removed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import inspect
+import importlib.metadata
 import importlib.util
 import json
 import multiprocessing
@@ -30,6 +34,12 @@ CALLABLE = re.compile(r"^([A-Za-z_][\w.]*):[A-Za-z_][\w.]*$")
 """How Isaac Lab's ``class_to_dict`` writes a function or class of a config: ``module:qualified_name``."""
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 """Memory addresses in default object reprs, which differ from process to process."""
+PACKAGES = ("isaaclab", "isaaclab_rl", "isaaclab_tasks", "isaaclab_newton", "isaaclab_physx", "newton", "warp-lang")
+PACKAGES += ("mujoco-warp", "torchrl", "tensordict", "isaaclab_torchrl")
+"""The installed packages whose versions are part of the digest: their code builds the observations."""
+DISPLAY_ARGS = ("device", "visualizer", "livestream", "verbose", "info", "headless")
+"""Launcher arguments that change no observation; every other one (``--enable_cameras``, ``--experience``, ...) is
+part of the digest."""
 
 
 def interface_cache_dir() -> str:
@@ -52,24 +62,27 @@ def _strings(value):
 
 def interface_key(factory: IsaacLabEnvFactory) -> str:
     """SHA-256 of what decides the sizes: the task id, the observation groups, the environment config (without
-    the env count, seed and device, which change no size) and the source of every module the config names (the
-    config's own, the observation and action terms', the env class's)."""
-    import gymnasium as gym
+    the env count, seed and device, which change no size), the launcher arguments but those of :data:`DISPLAY_ARGS`,
+    the versions of :data:`PACKAGES`, and the source of every module the config names (the config's own, the
+    observation and action terms', the env class's and its base classes') and of this package's env wrapper."""
     from isaaclab.utils.dict import class_to_dict
 
     config = class_to_dict(factory.env_cfg)
     config.get("scene", {}).pop("num_envs", None)
     config.pop("seed", None)
     config.get("sim", {}).pop("device", None)
-    text = ADDRESS.sub("", json.dumps(config, sort_keys=True, default=repr))
-    modules = {type(factory.env_cfg).__module__}
-    with contextlib.suppress(gym.error.Error):
-        entry_point = gym.spec(factory.task).entry_point
-        if isinstance(entry_point, str):
-            modules.add(entry_point.split(":")[0])
+    launcher = {key: value for key, value in factory.launcher_args.items() if not key.startswith(DISPLAY_ARGS)}
+    parts = [
+        factory.task,
+        json.dumps(factory.obs_groups, sort_keys=True, default=repr),
+        ADDRESS.sub("", json.dumps(config, sort_keys=True, default=repr)),
+        json.dumps(launcher, sort_keys=True, default=repr),
+        json.dumps(_versions(), sort_keys=True),
+    ]
+    modules = {type(factory.env_cfg).__module__, __name__.rpartition(".")[0] + ".envs", *_env_class_modules(factory)}
     modules.update(match.group(1) for match in map(CALLABLE.match, _strings(config)) if match)
     digest = hashlib.sha256()
-    for part in (factory.task, json.dumps(factory.obs_groups, sort_keys=True, default=repr), text):
+    for part in parts:
         digest.update(part.encode() + b"\0")
     for module in sorted(modules):
         with contextlib.suppress(ImportError, ValueError, AttributeError):
@@ -78,6 +91,30 @@ def interface_key(factory: IsaacLabEnvFactory) -> str:
                 with open(origin, "rb") as file:
                     digest.update(module.encode() + b"\0" + file.read() + b"\0")
     return digest.hexdigest()
+
+
+def _versions() -> dict[str, str | None]:
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+def _env_class_modules(factory: IsaacLabEnvFactory) -> list[str]:
+    """The modules of the task's env class and of its base classes (a task module may only declare
+    ``AntEnv(LocomotionDirectEnv)``); none when the class cannot be imported here."""
+    import gymnasium as gym
+    from isaaclab.utils.string import string_to_callable
+
+    try:
+        entry_point = gym.spec(factory.task).entry_point
+        env_class = string_to_callable(entry_point) if isinstance(entry_point, str) else entry_point
+        return [cls.__module__ for cls in inspect.getmro(env_class)]
+    except Exception:  # an entry point that does not import here: the workers' size check still holds
+        return []
 
 
 def _probe(pickled_factory: bytes, queue) -> None:
@@ -121,18 +158,20 @@ def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> 
     return payload
 
 
-def read_env_interface(factories: list[IsaacLabEnvFactory]) -> tuple[EnvInterface, bool]:
+def read_env_interface(factories: list[IsaacLabEnvFactory], probe: bool = False) -> tuple[EnvInterface, bool]:
     """The sizes of the factories' environment, and whether they came from the cache (else from a probe).
 
-    Every factory is told the sizes and the cache entry, so that its worker checks them (see the module's text).
+    With ``probe``, the remembered entry is not read: the probe runs and replaces it. Every factory is told the
+    sizes and the cache entry, so that its worker checks them (see the module's text).
     """
     path = os.path.join(interface_cache_dir(), interface_key(factories[0]) + ".json")
     interface, cached = None, False
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        with open(path) as file:
-            fields = json.load(file)
-        interface = EnvInterface(**{key: tuple(v) if isinstance(v, list) else v for key, v in fields.items()})
-        cached = True
+    if not probe:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            with open(path) as file:
+                fields = json.load(file)
+            interface = EnvInterface(**{key: tuple(v) if isinstance(v, list) else v for key, v in fields.items()})
+            cached = True
     if interface is None:
         interface = probe_env_interface(factories[0])
         with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next run a probe

@@ -1,0 +1,168 @@
+"""A training run from the command line to its runner: the steps ``scripts/train.py`` takes, in order.
+
+:func:`prepare` does everything that can fail on bad input before any simulator starts (configs resolved and
+validated once, the checkpoint to continue from, the run folder, the process group under torchrun);
+:func:`start` builds the workers' factories, learns the network sizes and builds the runner. The benchmarks
+use the same two steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import inspect
+import os
+
+import torch
+from isaaclab.utils.io import dump_yaml
+from isaaclab_rl.entrypoints.common import apply_video_recording, pre_launch_video_config
+
+from .agents.validation import ConfigError, validate_agent_cfg
+from .cli import UsageError, apply_train_args, check_isaaclab_args, checkpoint_path, launcher_args, resolve_task
+from .envs import IsaacLabEnvFactory, make_env_factories
+from .interfaces import read_env_interface
+from .runners import TorchRLRunner, load_checkpoint
+from .runners.code_state import store_code_state
+from .runners.distributed import DistributedContext, init_distributed
+from .runs import RunFolderError, create_run_dir, experiment_root, new_run_dir, resumed_run_dir
+
+
+@dataclasses.dataclass
+class TrainingRun:
+    """What :func:`prepare` resolved: the configs as they train, and where the run reads and writes."""
+
+    args: argparse.Namespace
+    env_cfg: object
+    agent_cfg: object
+    checkpoint: str | None = None
+    """The checkpoint the run continues from (``--resume`` / ``--checkpoint``), or ``None``."""
+    log_dir: str | None = None
+    """The run folder; ``None`` on the ranks other than 0 under torchrun."""
+    new_folder: bool = False
+    """Whether :func:`prepare` created the run folder (a new run, not a resumed one)."""
+    distributed: DistributedContext | None = None
+
+
+def resolve_configs(args: argparse.Namespace, hydra_args: list[str]):
+    """The env and agent configs of the command line, the agent's resolved and validated (one place for both).
+
+    Raises:
+        UsageError, ConfigError: bad input, in one line.
+    """
+    check_isaaclab_args(args, train=True)
+    env_cfg, agent_cfg = resolve_task(args, hydra_args)
+    apply_train_args(args, agent_cfg)
+    validate_agent_cfg(agent_cfg, env_cfg.scene.num_envs)
+    return env_cfg, agent_cfg
+
+
+def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
+    """Resolves the configs, finds the checkpoint to continue from, joins the process group under torchrun and
+    creates the run folder, before any simulator starts.
+
+    Raises:
+        UsageError, ConfigError: bad input, in one line; nothing has been written.
+    """
+    if args.distributed:
+        if "LOCAL_RANK" not in os.environ:
+            raise UsageError("--distributed runs under torchrun: torchrun --nproc_per_node G scripts/train.py ...")
+        if (args.device is None or args.device.startswith("cuda")) and torch.cuda.is_available():
+            args.device = f"cuda:{os.environ['LOCAL_RANK']}"  # each rank simulates and learns on its own GPU
+    env_cfg, agent_cfg = resolve_configs(args, hydra_args)
+    run = TrainingRun(args, env_cfg, agent_cfg)
+    if args.print_config:
+        return run
+    if args.resume or args.checkpoint:
+        run.checkpoint = checkpoint_path(experiment_root(agent_cfg.experiment_name), args.checkpoint, args.load_run)
+        try:
+            load_checkpoint(run.checkpoint)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+    if args.distributed:
+        # the group waits as long as the slowest rank's first batch may take
+        timeout = agent_cfg.collector.first_batch_timeout_s + 60.0
+        run.distributed = init_distributed(use_cuda=args.device.startswith("cuda"), timeout_s=timeout)
+        # each rank's environments and exploration differ: distinct seeds per rank and collector
+        agent_cfg.seed += run.distributed.rank * agent_cfg.collector.num_collectors
+    if run.distributed is None or run.distributed.is_main:  # only rank 0 writes
+        # a resumed run goes on in its own folder, with its TensorBoard step axis
+        resumed = run.checkpoint and resumed_run_dir(run.checkpoint, agent_cfg.experiment_name)
+        run.log_dir = resumed or new_run_dir(agent_cfg.experiment_name, agent_cfg.run_name, args.run_timestamp)
+        if args.video:
+            record_training_video(env_cfg, run.log_dir, args)
+        run.new_folder = not os.path.exists(run.log_dir)
+        try:
+            create_run_dir(run.log_dir)
+        except RunFolderError as exc:
+            raise UsageError(str(exc)) from None
+    return run
+
+
+def record_training_video(env_cfg, log_dir: str, args: argparse.Namespace) -> None:
+    """``--video``: Isaac Lab's recorder on the env config (``<run>/videos/train``); it records inside the first
+    collector worker's ``env.step()``, from the visualizer named with ``--viz``."""
+    pre_launch_video_config(env_cfg, args)
+    try:
+        apply_video_recording(env_cfg, log_dir, args, subdir="train")
+    except ValueError as exc:
+        raise UsageError(
+            f"--video needs a renderer or visualizer to record from, and none is available: {exc}"
+        ) from exc
+
+
+def make_workers(run: TrainingRun) -> list[IsaacLabEnvFactory]:
+    """One environment factory per collector worker; the first records the video (with ``--video``), the others
+    step the same config without a recorder."""
+    silent_env_cfg = copy.deepcopy(run.env_cfg)
+    silent_env_cfg.video_recorders = []
+    env_cfgs = [run.env_cfg] + [silent_env_cfg] * (run.agent_cfg.collector.num_collectors - 1)
+    args = run.args
+    return make_env_factories(args.task, env_cfgs, run.agent_cfg, launcher_args(args), args.external_callback)
+
+
+def start(run: TrainingRun) -> TorchRLRunner:
+    """The runner of a prepared run: workers' factories, network sizes, networks, and the checkpoint loaded.
+
+    Sizes remembered from an earlier run are checked against the checkpoint before it is loaded: when they do not
+    fit it, the probe reads the task's sizes again, and a stale entry is named and replaced.
+
+    Raises:
+        UsageError: the checkpoint does not fit this task and agent.
+    """
+    factories = make_workers(run)
+    interface, cached = read_env_interface(factories)
+    source = "remembered from an earlier run" if cached else "read by a probe process"
+    print(f"[torchrl] environment: {interface} ({source})", flush=True)
+    runner = TorchRLRunner(factories, interface, run.agent_cfg, run.log_dir, distributed=run.distributed)
+    if run.checkpoint:
+        try:
+            runner.load(run.checkpoint, optimizer=run.args.resume_optimizer_state)
+        except ValueError as exc:
+            # sizes remembered from an earlier run may be stale: the probe reads the task's own
+            probed = read_env_interface(factories, probe=True)[0] if cached else interface
+            if probed == interface:
+                raise UsageError(str(exc)) from None
+            print(f"[torchrl] Stale sizes remembered for this task ({interface}): replaced by the probe's", flush=True)
+            runner = TorchRLRunner(factories, probed, run.agent_cfg, run.log_dir, distributed=run.distributed)
+            try:
+                runner.load(run.checkpoint, optimizer=run.args.resume_optimizer_state)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+        learning_rate = float(runner.learner.optimizer.param_groups[0]["lr"])
+        print(
+            f"[torchrl] Resuming from {run.checkpoint} (iteration {runner.iteration}, "
+            f"learning rate {learning_rate:.6g})"
+        )
+    if run.log_dir is not None and not os.path.exists(os.path.join(run.log_dir, "params", "agent.yaml")):
+        dump_yaml(os.path.join(run.log_dir, "params", "env.yaml"), run.env_cfg)
+        dump_yaml(os.path.join(run.log_dir, "params", "agent.yaml"), run.agent_cfg)
+        store_code_state(run.log_dir, [__file__, inspect.getfile(type(run.env_cfg))])
+    if run.log_dir is not None:
+        # Isaac Lab's two lines (its Ray tuner reads them to find the run folder and its TensorBoard events)
+        print(f"[INFO] Logging experiment in directory: {os.path.dirname(run.log_dir)}")
+        print(f"Exact experiment name requested from command line: {os.path.basename(run.log_dir)}", flush=True)
+    return runner
+
+
+__all__ = ["ConfigError", "TrainingRun", "UsageError", "make_workers", "prepare", "resolve_configs", "start"]
