@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import CPU_ARGS, assert_ok, run_dirs, run_script, scalars
+from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars
 
 
 @pytest.mark.parametrize("agent, experiment", [("torchrl", "anymal_d_flat"), ("torchrl_lstm", "anymal_d_flat_lstm")])

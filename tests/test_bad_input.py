@@ -5,7 +5,7 @@ import os
 import pytest
 
 import isaaclab_torchrl  # noqa: F401  (registers the tasks the agents are ported from)
-from conftest import CPU_ARGS, run_script, script_env, set_fields
+from helpers import CPU_ARGS, run_script, script_env, set_fields
 from isaaclab_torchrl.agents import ported_agent
 from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
 

@@ -11,7 +11,7 @@ import sys
 
 import psutil
 
-from conftest import CPU_ARGS, REPO, Training, assert_ok, run_dirs, run_script, script_env
+from helpers import CPU_ARGS, REPO, Training, assert_ok, run_dirs, run_script, script_env
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 TRAIN = [os.path.join(REPO, "scripts", "train.py"), "--distributed", "--task", "Isaac-Cartpole-Direct"]

@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import CPU_ARGS, REPO, Training, assert_ok, run_dirs, run_script, scalars, worker_pids
+from helpers import CPU_ARGS, REPO, Training, assert_ok, run_dirs, run_script, scalars, worker_pids
 from isaaclab_torchrl.runners.safety import CollectorWatchdog, WorkerFailure
 
 TASK_ARGS = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", *CPU_ARGS]

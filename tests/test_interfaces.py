@@ -5,7 +5,7 @@ import glob
 import json
 import os
 
-from conftest import CPU_ARGS, assert_ok, run_script, script_env_with_cache_home
+from helpers import CPU_ARGS, assert_ok, run_script, script_env_with_cache_home
 
 ARGS = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--max_iterations", "1", *CPU_ARGS]
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import CPU_ARGS, REPO, assert_ok, run_dirs, run_script
+from helpers import CPU_ARGS, REPO, assert_ok, run_dirs, run_script
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))  # the scripts are not a package: their parsers, imported here
 import play  # noqa: E402

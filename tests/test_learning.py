@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from conftest import CPU_ARGS, assert_ok, run_dirs, run_script, scalars
+from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars
 
 THRESHOLD = 3.5
 

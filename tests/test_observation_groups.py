@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from conftest import CPU_ARGS, REPO, assert_ok, run_dirs, run_script
+from helpers import CPU_ARGS, REPO, assert_ok, run_dirs, run_script
 
 TASK = "asymmetric_cartpole:Isaac-Cartpole-Asymmetric-Test"
 NORMALIZE = ["agent.policy.actor_obs_normalization=true", "agent.policy.critic_obs_normalization=true"]

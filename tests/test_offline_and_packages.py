@@ -10,7 +10,7 @@ import textwrap
 
 import yaml
 
-from conftest import CPU_ARGS, OFFLINE_ASSET_ROOT, assert_ok, run_dirs, run_script, scalars, script_env
+from helpers import CPU_ARGS, OFFLINE_ASSET_ROOT, assert_ok, run_dirs, run_script, scalars, script_env
 
 EXTERNAL_TASK = "Ext-Cartpole-v0"
 

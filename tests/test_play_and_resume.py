@@ -8,7 +8,7 @@ import onnxruntime
 import pytest
 import torch
 
-from conftest import CPU_ARGS, assert_ok, run_dirs, run_script, scalars, tree_digest
+from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars, tree_digest
 
 TASK = ["--task", "Isaac-Cartpole-Direct"]
 

@@ -9,7 +9,7 @@ import gymnasium as gym
 from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
 
 import isaaclab_torchrl  # noqa: F401
-from conftest import REPO, scalars, script_env
+from helpers import REPO, scalars, script_env
 from isaaclab_torchrl.agents import ENTRY_POINT, LSTM_ENTRY_POINT, TorchRLRunnerCfg, agent_entry_point, register_agents
 
 

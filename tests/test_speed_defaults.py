@@ -4,7 +4,7 @@ GPU (the GPU runs are in ``benchmarks/README.md``)."""
 
 import pytest
 
-from conftest import set_fields
+from helpers import set_fields
 from isaaclab_torchrl.agents.rsl_rl_port import ported_agent
 from isaaclab_torchrl.agents.validation import resolve_speed_settings, speed_summary
 

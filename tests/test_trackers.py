@@ -9,7 +9,7 @@ import os
 import pytest
 import yaml
 
-from conftest import CPU_ARGS, assert_ok, run_dirs, run_script, scalars
+from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars
 from isaaclab_torchrl.agents import ported_agent
 from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
 

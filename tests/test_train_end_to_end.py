@@ -5,7 +5,7 @@ import os
 import torch
 import yaml
 
-from conftest import (
+from helpers import (
     CPU_ARGS,
     Training,
     assert_ok,
