@@ -5,7 +5,7 @@ import os
 import pytest
 
 import isaaclab_torchrl  # noqa: F401  (registers the tasks the agents are ported from)
-from helpers import CPU_ARGS, run_script, script_env, set_fields
+from helpers import CPU_ARGS, REPO, run_script, script_env, set_fields
 from isaaclab_torchrl.agents import ported_agent
 from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
 
@@ -61,6 +61,10 @@ CASES = {
     "observation groups not as a mapping": (
         ["--task", "Isaac-Cartpole-Direct", "agent.obs_groups={actor:[policy]}"],
         "agent.obs_groups must map 'actor' and 'critic' to lists of observation groups",
+    ),
+    "agent config that leaves required fields unset": (
+        ["--task", "bare_agent:Isaac-Cartpole-Bare-Agent-Test"],
+        "The agent config BareAgentCfg leaves required fields unset: agent.policy, agent.algorithm;",
     ),
     "unknown tracker": (
         ["--task", "Isaac-Cartpole-Direct", "--logger", "comet"],
@@ -130,7 +134,10 @@ def test_incompatible_speed_options_are_rejected(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_is_rejected_cleanly(workdir, case):
     args, message = CASES[case]
-    process = run_script("train.py", [*args, "--max_iterations", "1", *CPU_ARGS], cwd=workdir, timeout=300)
+    tasks = {"PYTHONPATH": os.path.join(REPO, "tests", "tasks")}  # the task modules made for the tests
+    process = run_script(
+        "train.py", [*args, "--max_iterations", "1", *CPU_ARGS], cwd=workdir, timeout=300, extra_env=tasks
+    )
     assert process.returncode == 2, process.stderr[-3000:]
     errors = [line for line in process.stderr.splitlines() if line.startswith("[torchrl] error:")]
     assert len(errors) == 1 and message in errors[0], process.stderr[-3000:]

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars, tree_digest
+from isaaclab_torchrl.models import EnvInterface
+from isaaclab_torchrl.policy import load_policy
 
 TASK = ["--task", "Isaac-Cartpole-Direct"]
 
@@ -160,3 +162,18 @@ def test_bad_checkpoints_fail_cleanly_and_change_nothing(trained_lstm_run, tmp_p
         assert tree_digest(copy) == snapshot
         assert sorted(os.listdir(os.path.join(tmp_path, "logs", "torchrl"))) == ["cartpole_direct_lstm"]
         assert sorted(os.listdir(os.path.dirname(copy))) == [os.path.basename(copy)]
+
+
+def test_load_policy_rebuilds_the_trained_actor(trained_lstm_run):
+    """A user's script: ``load_policy`` rebuilds the actor the checkpoint was trained with, from the checkpoint alone."""
+    _, run_dir = trained_lstm_run
+    path = os.path.join(run_dir, "model_3.pt")
+    policy = load_policy(path)
+    assert (policy.interface.actor_obs_dim, policy.interface.action_dim) == (4, 1)
+    assert policy.cfg.rnn_type == "lstm" and policy.cfg.rnn_hidden_size == 32
+    saved = torch.load(path, weights_only=True)["actor"]
+    assert policy.actor.state_dict().keys() == saved.keys()
+    for key, value in policy.actor.state_dict().items():
+        assert torch.equal(value, saved[key]), key
+    with pytest.raises(ValueError, match="trained on other sizes"):
+        load_policy(path, interface=EnvInterface(("policy",), 5, ("policy",), 5, 1))

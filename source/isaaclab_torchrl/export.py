@@ -12,25 +12,8 @@ import os
 
 import torch
 from torch import nn
-from torchrl.modules import GRUModule, LSTMModule
 
-from .models import observation_normalizers
-
-
-def _actor_parts(actor) -> tuple[nn.Module, nn.Module | None, nn.Module]:
-    """The actor's input normalizer (identity without normalisation), its recurrent layer (``nn.LSTM``/``nn.GRU``,
-    or ``None``) and the MLP that outputs the mean."""
-    normalizers = observation_normalizers(actor)
-    normalizer = normalizers[0] if normalizers else nn.Identity()
-    rnn = None
-    for module in actor.modules():
-        if isinstance(module, LSTMModule):
-            rnn = module.lstm
-        elif isinstance(module, GRUModule):
-            rnn = module.gru
-    mean_module = next(m for m in actor.modules() if getattr(m, "out_keys", None) == ["loc"])
-    # torchrl's MLP is an nn.Sequential whose variadic forward TorchScript rejects; its layers are re-used as is
-    return normalizer, rnn, nn.Sequential(*mean_module.module)
+from .models import GaussianActor
 
 
 class _MlpPolicy(nn.Module):
@@ -110,14 +93,17 @@ class _StatefulGruPolicy(nn.Module):
         self.h.zero_()
 
 
-def export_policy(actor, obs_dim: int, folder: str, num_envs: int = 1) -> tuple[str, str]:
-    """Writes ``folder/policy.pt`` (TorchScript, state for ``num_envs`` environments) and ``folder/policy.onnx``.
+def export_policy(actor: GaussianActor, obs_dim: int, folder: str, num_envs: int = 1) -> tuple[str, str]:
+    """Writes ``folder/policy.pt`` (TorchScript, state for ``num_envs`` environments) and ``folder/policy.onnx``
+    from the actor's deterministic path (:attr:`~isaaclab_torchrl.models.GaussianActor.parts`).
 
     Returns:
         The paths of the two files.
     """
     os.makedirs(folder, exist_ok=True)
-    normalizer, rnn, mlp = _actor_parts(actor)
+    normalizer, rnn = actor.parts.normalizer, actor.parts.rnn
+    # torchrl's MLP is an nn.Sequential whose variadic forward TorchScript rejects; its layers are used as they are
+    mlp = nn.Sequential(*actor.parts.mean)
     device = next(mlp.parameters()).device
     obs = torch.zeros(num_envs, obs_dim, device=device)
     if rnn is None:

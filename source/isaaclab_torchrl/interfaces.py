@@ -170,7 +170,7 @@ def read_env_interface(factories: list[IsaacLabEnvFactory], probe: bool = False)
         with contextlib.suppress(OSError, ValueError, TypeError):
             with open(path) as file:
                 fields = json.load(file)
-            interface = EnvInterface(**{key: tuple(v) if isinstance(v, list) else v for key, v in fields.items()})
+            interface = EnvInterface.from_dict(fields)
             cached = True
     if interface is None:
         interface = probe_env_interface(factories[0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule, TensorDictSequential
@@ -29,6 +30,11 @@ class EnvInterface:
     critic_obs_keys: tuple[str, ...]
     critic_obs_dim: int
     action_dim: int
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> EnvInterface:
+        """The inverse of :func:`dataclasses.asdict` after a trip through JSON or a checkpoint (lists to tuples)."""
+        return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()})
 
     def __str__(self) -> str:
         return (
@@ -90,6 +96,41 @@ ACTIVATION_CLASSES = {
 """The modules behind the names of :data:`isaaclab_torchrl.agents.torchrl_cfg.ACTIVATIONS`."""
 
 
+@dataclass(frozen=True)
+class ActorParts:
+    """The actor's deterministic path, as a deployed policy runs it: input normalizer (identity without
+    normalisation), recurrent layer (``nn.LSTM`` / ``nn.GRU``, or ``None``) and the MLP that outputs the action mean.
+
+    These are the actor's own submodules (one copy of the weights), named here so that export and play need not
+    search the actor for them.
+    """
+
+    normalizer: nn.Module
+    rnn: nn.LSTM | nn.GRU | None
+    mean: nn.Module
+
+
+class GaussianActor(ProbabilisticActor):
+    """torchrl's :class:`~torchrl.modules.ProbabilisticActor` with its deterministic path named (:attr:`parts`)."""
+
+    def __init__(self, module: TensorDictSequential, parts: ActorParts):
+        super().__init__(
+            module,
+            in_keys=["loc", "scale"],
+            out_keys=["action"],
+            distribution_class=IndependentNormal,
+            return_log_prob=True,
+        )
+        self.parts = parts  # a plain attribute: the modules are registered once, inside ``module``
+
+
+class Models(NamedTuple):
+    """What :func:`make_models` builds."""
+
+    actor: GaussianActor
+    critic: TensorDictSequential
+
+
 def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name: str, device):
     """An LSTM/GRU module reading ``in_key`` and writing ``<name>_features``; its state is ``<name>_h[/_c]``."""
     lstm = cfg.rnn_type == "lstm"
@@ -107,9 +148,7 @@ def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name:
     return (LSTMModule if lstm else GRUModule)(**kwargs, recurrent_backend="pad")
 
 
-def make_models(
-    cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.device | str
-) -> tuple[ProbabilisticActor, TensorDictSequential]:
+def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.device | str) -> Models:
     """Builds the Gaussian actor and the value network (the config is checked by
     :func:`isaaclab_torchrl.agents.validation.validate_policy_cfg`).
 
@@ -118,20 +157,22 @@ def make_models(
     it over whole trajectory slices, as PPO's update and GAE need.
 
     Returns:
-        ``(actor, critic)``: the actor writes ``action``, ``loc``, ``scale`` and ``action_log_prob``;
-        the critic writes ``state_value``.
+        ``(actor, critic)``: the actor writes ``action``, ``loc``, ``scale`` and ``action_log_prob`` and names its
+        deterministic path (:class:`ActorParts`); the critic writes ``state_value``.
     """
     activation = ACTIVATION_CLASSES[cfg.activation.lower()]
-    actor_layers, actor_in = _input_layers(
+    actor_layers, actor_in, actor_normalizer = _input_layers(
         interface.actor_obs_keys, cfg.actor_obs_normalization, interface.actor_obs_dim, "actor", device
     )
-    critic_layers, critic_in = _input_layers(
+    critic_layers, critic_in, _ = _input_layers(
         interface.critic_obs_keys, cfg.critic_obs_normalization, interface.critic_obs_dim, "critic", device
     )
     actor_in_dim, critic_in_dim = interface.actor_obs_dim, interface.critic_obs_dim
+    actor_rnn = None
     if cfg.rnn_type is not None:
         actor_layers.append(_recurrent_module(cfg, actor_in, actor_in_dim, "actor_rnn", device))
         critic_layers.append(_recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", device))
+        actor_rnn = actor_layers[-1].lstm if cfg.rnn_type == "lstm" else actor_layers[-1].gru
         actor_in, critic_in = "actor_rnn_features", "critic_rnn_features"
         actor_in_dim = critic_in_dim = cfg.rnn_hidden_size
 
@@ -152,13 +193,8 @@ def make_models(
             interface.action_dim, scale_mapping="none", scale_lb=1e-6, init_value=cfg.init_noise_std, device=device
         )
     actor_layers.append(TensorDictModule(noise, in_keys=["loc"], out_keys=["loc", "scale"]))
-    actor = ProbabilisticActor(
-        TensorDictSequential(*actor_layers),
-        in_keys=["loc", "scale"],
-        out_keys=["action"],
-        distribution_class=IndependentNormal,
-        return_log_prob=True,
-    )
+    parts = ActorParts(actor_normalizer or nn.Identity(), actor_rnn, actor_mlp)
+    actor = GaussianActor(TensorDictSequential(*actor_layers), parts)
 
     critic_mlp = MLP(
         in_features=critic_in_dim,
@@ -168,26 +204,27 @@ def make_models(
         device=device,
     )
     critic_layers.append(TensorDictModule(critic_mlp, in_keys=[critic_in], out_keys=["state_value"]))
-    critic = TensorDictSequential(*critic_layers)
-    return actor, critic
+    return Models(actor, TensorDictSequential(*critic_layers))
 
 
-def _input_layers(keys: tuple[str, ...], normalize: bool, size: int, name: str, device) -> tuple[list, str]:
-    """Modules that turn the observation groups ``keys`` into one network input; returns them and its key.
+def _input_layers(
+    keys: tuple[str, ...], normalize: bool, size: int, name: str, device
+) -> tuple[list, str, ObservationNormalizer | None]:
+    """Modules that turn the observation groups ``keys`` into one network input; returns them, its key and the
+    normalizer (``None`` without normalisation).
 
     One group is read as is; several are concatenated into ``<name>_obs``; with ``normalize``, an
     :class:`ObservationNormalizer` writes ``<name>_obs_normalized``.
     """
-    layers, key = [], keys[0]
+    layers, key, normalizer = [], keys[0], None
     if len(keys) > 1:
         key = f"{name}_obs"
         layers.append(TensorDictModule(Concatenate(), in_keys=list(keys), out_keys=[key]))
     if normalize:
-        layers.append(
-            TensorDictModule(ObservationNormalizer(size, device=device), in_keys=[key], out_keys=[f"{key}_normalized"])
-        )
+        normalizer = ObservationNormalizer(size, device=device)
+        layers.append(TensorDictModule(normalizer, in_keys=[key], out_keys=[f"{key}_normalized"]))
         key = f"{key}_normalized"
-    return layers, key
+    return layers, key, normalizer
 
 
 def observation_normalizers(module: nn.Module) -> list[ObservationNormalizer]:

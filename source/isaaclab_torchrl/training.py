@@ -22,6 +22,7 @@ from .agents.validation import ConfigError, validate_agent_cfg
 from .cli import UsageError, apply_train_args, check_isaaclab_args, checkpoint_path, launcher_args, resolve_task
 from .envs import IsaacLabEnvFactory, make_env_factories
 from .interfaces import read_env_interface
+from .models import EnvInterface
 from .runners import TorchRLRunner, load_checkpoint
 from .runners.code_state import store_code_state
 from .runners.distributed import DistributedContext, init_distributed
@@ -139,8 +140,11 @@ def start(run: TrainingRun) -> TorchRLRunner:
         try:
             runner.load(run.checkpoint, optimizer=run.args.resume_optimizer_state)
         except ValueError as exc:
-            # sizes remembered from an earlier run may be stale: the probe reads the task's own
-            probed = read_env_interface(factories, probe=True)[0] if cached else interface
+            # sizes remembered from an earlier run may be stale (unless the checkpoint was trained on them): the
+            # probe reads the task's own
+            stored = load_checkpoint(run.checkpoint).get("interface")
+            stale = cached and (stored is None or EnvInterface.from_dict(stored) != interface)
+            probed = read_env_interface(factories, probe=True)[0] if stale else interface
             if probed == interface:
                 raise UsageError(str(exc)) from None
             print(f"[torchrl] Stale sizes remembered for this task ({interface}): replaced by the probe's", flush=True)

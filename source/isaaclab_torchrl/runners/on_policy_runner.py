@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -172,6 +173,7 @@ class TorchRLRunner:
     def state_dict(self) -> dict:
         return {
             **self.learner.state_dict(),
+            "interface": dataclasses.asdict(self.interface),  # what the networks read (load_policy rebuilds them)
             "iteration": self.iteration,
             "rng_state": torch.get_rng_state(),
             # the config travels as YAML text, so that loading stays weights_only
