@@ -1,5 +1,6 @@
-# Two commands on a fresh machine:  `make train` (a short Cartpole run) and `make test` (the test suite).
-# Both create the Python 3.12 virtual environment on first use.
+# Two commands on a fresh machine:  `make train` (a short Cartpole run) and `make test` (the test suite; CI runs
+# it). `make test-fast` runs the tests without a simulator or a subprocess. All create the Python 3.12 virtual
+# environment on first use.
 
 PYTHON ?= $(shell PYENV_VERSION=3.12.1 pyenv which python3.12 2>/dev/null || command -v python3.12)
 VENV ?= .venv
@@ -11,7 +12,7 @@ ifeq ($(ISAACSIM_ASSET_ROOT),)
 export ISAACLAB_TORCHRL_OFFLINE_ASSETS ?= 1
 endif
 
-.PHONY: venv train test clean
+.PHONY: venv train test test-fast clean
 
 venv: $(VENV)/.installed
 
@@ -28,6 +29,9 @@ train: venv
 
 test: venv
 	$(VENV)/bin/python -m pytest tests
+
+test-fast: venv
+	$(VENV)/bin/python -m pytest -m fast tests
 
 clean:
 	rm -rf $(VENV) logs outputs

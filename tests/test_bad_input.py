@@ -116,6 +116,7 @@ SPEED_OPTION_CASES = {
 }
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("case", sorted(SPEED_OPTION_CASES))
 def test_incompatible_speed_options_are_rejected(case):
     recurrent, overrides, message = SPEED_OPTION_CASES[case]

@@ -11,6 +11,8 @@ from torchrl.modules import set_recurrent_mode
 from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.models import EnvInterface, make_collection_policy, make_models
 
+pytestmark = pytest.mark.fast
+
 INTERFACE = EnvInterface(("policy",), 4, ("policy",), 4, 2)
 
 

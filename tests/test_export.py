@@ -11,6 +11,8 @@ from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.export import export_policy
 from isaaclab_torchrl.models import EnvInterface, make_models, observation_normalizers
 
+pytestmark = pytest.mark.fast
+
 OBS, ACT, ENVS, STEPS, RESET_AT = 5, 3, 4, 7, 4
 
 

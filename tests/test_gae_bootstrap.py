@@ -14,6 +14,8 @@ from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.models import EnvInterface, make_models
 from isaaclab_torchrl.runners.gae import CollectedBatchGAE
 
+pytestmark = pytest.mark.fast
+
 GAMMA, LAM = 0.9, 0.8
 N, T, OBS = 3, 8, 4
 # (env, step) -> kind of episode end

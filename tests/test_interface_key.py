@@ -12,6 +12,8 @@ from isaaclab_tasks.utils import resolve_task_config
 import isaaclab_torchrl.interfaces as interfaces
 from isaaclab_torchrl.envs import IsaacLabEnvFactory
 
+pytestmark = pytest.mark.fast
+
 TASK = "Isaac-Cartpole-Direct"
 LAUNCHER = {"device": "cpu", "visualizer": ["none"], "experience": "", "kit_args": ""}
 

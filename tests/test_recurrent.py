@@ -9,6 +9,8 @@ from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
 from isaaclab_torchrl.recurrent import FusedGRUModule, FusedLSTMModule
 
+pytestmark = pytest.mark.fast
+
 B, T, IN, HIDDEN = 6, 7, 3, 5
 
 

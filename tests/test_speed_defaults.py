@@ -8,6 +8,8 @@ from helpers import set_fields
 from isaaclab_torchrl.agents.rsl_rl_port import ported_agent
 from isaaclab_torchrl.agents.validation import resolve_speed_settings, speed_summary
 
+pytestmark = pytest.mark.fast
+
 
 def _resolved(recurrent=False, **fields):
     """The ANYmal agent with ``fields`` set (``collector__sync`` for ``collector.sync``), speed settings resolved."""

@@ -58,6 +58,7 @@ def test_wandb_offline_run_holds_scalars_and_config_and_resume_continues_it(work
     assert b"Train/mean_reward" in open(os.path.join(runs[1], f"run-{run_id}.wandb"), "rb").read()
 
 
+@pytest.mark.fast
 def test_wandb_without_credentials_is_rejected_before_training(monkeypatch, tmp_path):
     pytest.importorskip("wandb")
     for name in ("WANDB_MODE", "WANDB_API_KEY"):
@@ -83,6 +84,7 @@ def test_neptune_offline_run_holds_scalars_config_and_checkpoints(workdir):
         assert f'"path": {path}' in content, f"{field} is not in the offline run"
 
 
+@pytest.mark.fast
 def test_a_tracker_without_its_client_is_rejected_before_training(monkeypatch):
     """The check a user without ``pip install 'isaaclab-torchrl[mlflow]'`` meets (the test environment has every
     client, so the lookup answers as for an environment without this one)."""
