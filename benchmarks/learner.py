@@ -30,18 +30,18 @@ TASK_SIZES = {"Isaac-Cartpole-Direct": (4, 1), "Isaac-Velocity-Flat-AnymalD": (4
 
 def make_learner(task: str, agent: str, device: str, overrides: list[str]):
     """The PPO learner of ``scripts/train.py`` for the task and agent, with the ``agent.*`` overrides."""
-    from isaaclab_torchrl.agents.validation import resolve_speed_settings
+    from isaaclab_torchrl.agents.validation import validate_agent_cfg
     from isaaclab_torchrl.cli import resolve_task
     from isaaclab_torchrl.models import EnvInterface
     from isaaclab_torchrl.runners import PPO
 
     args = argparse.Namespace(task=task, agent=agent, device=device, num_envs=None, seed=None)
-    _, cfg = resolve_task(args, overrides)
-    resolve_speed_settings(cfg)  # agent.speed=auto: on a GPU, the compiled and graphed update
+    env_cfg, cfg = resolve_task(args, overrides)
+    validate_agent_cfg(cfg, env_cfg.scene.num_envs)  # agent.speed=auto: on a GPU, the compiled and graphed update
     obs_dim, action_dim = TASK_SIZES[task]
     interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, action_dim)
     torch.manual_seed(cfg.seed)
-    return PPO(cfg, interface, device)
+    return PPO(cfg, interface, device, lag_corrected=not cfg.collector.sync)
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """Do batches reach the learner as the workers wrote them? Trains with every batch checksummed (a GPU proof run).
 
     python benchmarks/storage_proof.py --task Isaac-Cartpole-Direct --num_envs 4096 --device cuda:0 \\
-        --iterations 300 [--async] [agent.collector.storing_device=cuda:0 ...] [--json out.json]
+        --max_iterations 300 [--async] [agent.collector.storing_device=cuda:0 ...] [--json out.json]
 
 The training is ``scripts/train.py``'s runner with its NaN check, no logs. Each collector worker, once its rollout
 is complete (after the runner's own hand-over wait) and before it hands the rollout over, takes a float64 digest
@@ -13,7 +13,6 @@ was found; the counts are printed and, with ``--json``, written.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -23,9 +22,8 @@ import torch
 from tensordict import TensorDictBase
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
-from isaaclab_torchrl.agents.validation import validate_agent_cfg
-from isaaclab_torchrl.cli import add_task_args, launcher_args, parse_args, resolve_task
-from isaaclab_torchrl.envs import make_env_factories
+from isaaclab_torchrl import training
+from isaaclab_torchrl.cli import make_train_parser, parse_args
 from isaaclab_torchrl.interfaces import read_env_interface
 from isaaclab_torchrl.runners import TorchRLRunner
 from isaaclab_torchrl.runners.collection import Collection, PublishRollout
@@ -110,19 +108,16 @@ class CheckedRunner(TorchRLRunner):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_task_args(parser)
-    parser.add_argument("--iterations", type=int, default=300)
-    parser.add_argument("--async", dest="async_collection", action="store_true")
+    parser = make_train_parser()
     parser.add_argument("--json", default=None)
-    args, hydra_args = parse_args(parser, argv)
-    env_cfg, agent_cfg = resolve_task(args, hydra_args)
-    agent_cfg.max_iterations = args.iterations
-    agent_cfg.collector.sync = not args.async_collection
-    agent_cfg.check_for_nan = True
-    validate_agent_cfg(agent_cfg, env_cfg.scene.num_envs)
-    env_cfgs = [env_cfg] * agent_cfg.collector.num_collectors
-    factories = make_env_factories(args.task, env_cfgs, agent_cfg, launcher_args(args))
+    args, hydra_args = parse_args(parser, [*argv, "agent.check_for_nan=true"])
+    if args.max_iterations is None:
+        args.max_iterations = 300
+    if args.async_collection is None:
+        args.async_collection = False
+    run = training.TrainingRun(args, *training.resolve_configs(args, hydra_args))
+    env_cfg, agent_cfg = run.env_cfg, run.agent_cfg
+    factories = training.make_workers(run)
     with tempfile.TemporaryDirectory() as folder:
         CheckedCollection.folder = folder
         runner = CheckedRunner(factories, read_env_interface(factories)[0], agent_cfg, log_dir=None)
@@ -140,7 +135,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=1)
-    return 1 if results["corrupted"] or results["stale"] or results["batches"] < args.iterations else 0
+    return 1 if results["corrupted"] or results["stale"] or results["batches"] < args.max_iterations else 0
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ step of:
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -29,9 +28,8 @@ from torchrl.collectors import Collector
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
-from isaaclab_torchrl.agents.validation import validate_agent_cfg
-from isaaclab_torchrl.cli import add_task_args, launcher_args, parse_args, resolve_task
-from isaaclab_torchrl.envs import make_env_factories
+from isaaclab_torchrl import training
+from isaaclab_torchrl.cli import make_train_parser, parse_args
 from isaaclab_torchrl.interfaces import read_env_interface
 from isaaclab_torchrl.models import CollectionPolicyFactory
 
@@ -49,16 +47,15 @@ def per_step_ms(step, steps: int, synchronize, warmup: int = 20) -> float:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_task_args(parser)
+    parser = make_train_parser()
     parser.add_argument("--steps", type=int, default=200, help="Env steps timed per part.")
     parser.add_argument("--json", default=None)
     args, hydra_args = parse_args(parser, argv)
-    env_cfg, agent_cfg = resolve_task(args, hydra_args)
-    validate_agent_cfg(agent_cfg, env_cfg.scene.num_envs)
+    run = training.TrainingRun(args, *training.resolve_configs(args, hydra_args))
+    env_cfg, agent_cfg = run.env_cfg, run.agent_cfg
     device = torch.device(agent_cfg.device)
     synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    factory = make_env_factories(args.task, [env_cfg], agent_cfg, launcher_args(args))[0]
+    (factory,) = training.make_workers(run)
     interface, _ = read_env_interface([factory])
     env = factory()
     policy = CollectionPolicyFactory(agent_cfg.policy, interface, agent_cfg.device)()

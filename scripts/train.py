@@ -67,7 +67,9 @@ def train(run: training.TrainingRun) -> int:
         print(f"[torchrl] rank {context.rank} of {context.world_size}: parameter checksum {checksum:.12e}", flush=True)
         torch.distributed.destroy_process_group()
     if stopped_by is not None:
-        print(f"[torchrl] Stopped by {stopped_by.name} at iteration {runner.iteration}. Logs and checkpoints: {log_dir}")
+        print(
+            f"[torchrl] Stopped by {stopped_by.name} at iteration {runner.iteration}. Logs and checkpoints: {log_dir}"
+        )
         return 128 + stopped_by.value
     if log_dir is not None:
         print(f"[torchrl] Logs and checkpoints: {log_dir}")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import glob
 import atexit
 import functools
+import glob
 import hashlib
 import importlib.metadata
 import os

@@ -84,10 +84,13 @@ def test_the_source_of_the_env_class_and_of_its_bases_counts(tmp_path, monkeypat
     )
     try:
         before = interfaces.interface_key(_factory(task))
-        base.write_text(base.read_text() + textwrap.dedent("""
+        base.write_text(
+            base.read_text()
+            + textwrap.dedent("""
             def _observations(self):  # an observation of another size
                 return super()._get_observations()
-            """))
+            """)
+        )
         assert interfaces.interface_key(_factory(task)) != before
     finally:
         del gym.registry[task]

@@ -165,7 +165,7 @@ def test_bad_checkpoints_fail_cleanly_and_change_nothing(trained_lstm_run, tmp_p
 
 
 def test_load_policy_rebuilds_the_trained_actor(trained_lstm_run):
-    """A user's script: ``load_policy`` rebuilds the actor the checkpoint was trained with, from the checkpoint alone."""
+    """A user's script: ``load_policy`` rebuilds the trained actor from the checkpoint alone."""
     _, run_dir = trained_lstm_run
     path = os.path.join(run_dir, "model_3.pt")
     policy = load_policy(path)

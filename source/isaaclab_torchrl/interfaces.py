@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import inspect
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import multiprocessing
 import os

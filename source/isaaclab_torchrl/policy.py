@@ -1,9 +1,9 @@
 """A trained policy from a checkpoint, for play, export and a user's own script:
 
-    from isaaclab_torchrl.policy import load_policy
-    policy = load_policy("logs/torchrl/<experiment>/<run>/model_100.pt")
-    actor = policy.actor  # a torchrl module: observation groups in, action out (the mean under
-                          # set_exploration_type(ExplorationType.DETERMINISTIC))
+from isaaclab_torchrl.policy import load_policy
+policy = load_policy("logs/torchrl/<experiment>/<run>/model_100.pt")
+actor = policy.actor  # a torchrl module: observation groups in, action out (the mean under
+                      # set_exploration_type(ExplorationType.DETERMINISTIC))
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 algorithm unset (``--task bare_agent:Isaac-Cartpole-Bare-Agent-Test`` with this folder on ``PYTHONPATH``)."""
 
 import gymnasium as gym
-
 from isaaclab.utils import configclass
+
 from isaaclab_torchrl.agents import TorchRLRunnerCfg
 
 TASK = "Isaac-Cartpole-Bare-Agent-Test"
