@@ -20,6 +20,7 @@ from .agents import AGENT_ALIASES, UnsupportedAgentError, agent_entry_point, reg
 from .agents.validation import ConfigError, check_device
 from .envs import use_available_actuators
 from .offline_assets import AssetRootError, check_asset_server, use_offline_assets
+from .runs import LOG_ROOT
 
 PRESET_SELECTORS = ("physics", "renderer", "presets")
 
@@ -178,7 +179,7 @@ def checkpoint_path(log_root: str, checkpoint: str | None, load_run: str) -> str
     if is_wandb_checkpoint(checkpoint):
         try:
             return resolve_wandb_checkpoint(
-                checkpoint, download_dir=os.path.join("logs", "torchrl", "wandb_checkpoints")
+                checkpoint, download_dir=os.path.join(LOG_ROOT, "wandb_checkpoints")
             )
         except Exception as exc:  # no client, no login, no network, no such run: one line
             message = " ".join(str(exc).split())
