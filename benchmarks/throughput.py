@@ -51,7 +51,7 @@ for network in ("mlp", "lstm"):
         TRAINING_RUNS[f"torchrl_{network}_{mode}_x4"] = [*base, "--num_collectors", "4"]
         # without the per-minibatch NaN check (its host sync), to measure what it costs
         TRAINING_RUNS[f"torchrl_{network}_{mode}_nocheck"] = [*base, "agent.check_for_nan=false"]
-        # eager update and inference (agent.speed=off): the settings before they became the GPU defaults
+        # eager update and inference (agent.speed=off), to measure what the GPU's speed settings gain
         TRAINING_RUNS[f"torchrl_{network}_{mode}_plain"] = [*base, "agent.speed=off"]
         # the batches sent through host memory (agent.collector.storing_device; the default keeps them on the GPU)
         TRAINING_RUNS[f"torchrl_{network}_{mode}_host_storage"] = [*base, "agent.collector.storing_device=cpu"]

@@ -1,7 +1,7 @@
 """The collection policy returns a new tensordict: the property that makes torchrl's graphed inference
 (``agent.collector.cudagraph_policy``) replay a recurrent policy into a fresh clone instead of merging the graph's
-locked output into the collector's carrier (which failed with ``Cannot modify locked TensorDict``). The replay
-itself needs a GPU (``benchmarks/storage_proof.py`` ran it on an H200); this checks the CPU side of that path."""
+locked output into the collector's carrier (which fails with ``Cannot modify locked TensorDict``). The replay
+itself needs a GPU (``benchmarks/storage_proof.py`` runs it there); this checks the CPU side of that path."""
 
 import pytest
 import torch

@@ -1,10 +1,8 @@
 """Learning: the MLP and the LSTM agents solve Isaac-Cartpole-Direct within a fixed budget of env steps.
 
-Budget: 64 envs x 16 steps x 100 iterations = 102,400 environment steps, seed 42.
-Reference, measured on this project's 2-core CPU machine on 2026-12-01 (kitless Newton, same task, env count
-and budget): rsl_rl 5.5.1's OnPolicyRunner with Isaac Lab's CartpoleDirectPPORunnerCfg reached a mean episode
-return of 4.38 after 50 iterations and 4.92 after 100 (the maximum is about 4.95, episodes last 300 steps).
-A freshly initialised policy scores about -1 to -2. The threshold, 3.5, asks for most of rsl_rl's result.
+Budget: 64 envs x 16 steps x 100 iterations = 102,400 environment steps, seed 42. The threshold, 3.5, asks for
+most of what rsl_rl 5.5.1's OnPolicyRunner reaches with the same task, env count and budget (its result, the
+maximum and a fresh policy's score are in docs/benchmarks.md, "Learning next to rsl_rl").
 play.py then replays the trained checkpoint deterministically, next to a freshly initialised policy of the
 same seed (a 1-iteration run with a learning rate of 1e-12).
 """

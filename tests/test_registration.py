@@ -109,15 +109,16 @@ def _rsl_rl_tasks() -> list[str]:
     return sorted(task for task, spec in gym.registry.items() if "rsl_rl_cfg_entry_point" in spec.kwargs)
 
 
-def _readme_unsupported_tasks() -> set[str]:
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as file:
-        section = file.read().split("### Tasks the torchrl runner cannot train", 1)[1].split("\n## ", 1)[0]
+def _documented_unsupported_tasks() -> set[str]:
+    """The tasks of the refused-task table in docs/tasks.md."""
+    with open(os.path.join(REPO, "docs", "tasks.md"), encoding="utf-8") as file:
+        section = file.read().split("## Tasks the torchrl runner cannot train", 1)[1].split("\n## ", 1)[0]
     return {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
 
 
 def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_as_unsupported():
     """Walks the gym registry: `--agent torchrl` and `--agent torchrl_lstm` resolve to valid configs whose
-    hyperparameters are the rsl_rl ones, or the task is refused with a reason and listed in the README."""
+    hyperparameters are the rsl_rl ones, or the task is refused with a reason and listed in docs/tasks.md."""
     import argparse
 
     from isaaclab_tasks.utils.hydra import resolve_presets
@@ -147,7 +148,7 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
         assert (task in unsupported) != (task in supported), task
     for reason in unsupported.values():
         assert "not supported" in reason or "multi-agent" in reason, reason
-    assert set(unsupported) == _readme_unsupported_tasks()
+    assert set(unsupported) == _documented_unsupported_tasks()
     assert len(set(supported)) + len(unsupported) == len(_rsl_rl_tasks()) == 89
 
 

@@ -1,6 +1,6 @@
 """The automatic speed settings (``agent.speed``): what the defaults resolve to on a CUDA device and on the CPU, the
 values a user sets are kept, and the start line says what was chosen. Config level only: CPU tests cannot time a
-GPU (the GPU runs are in ``benchmarks/README.md``)."""
+GPU (the GPU measurements are in ``docs/benchmarks.md``)."""
 
 import pytest
 

@@ -66,8 +66,8 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
 
     rsl_cfg = resolve_presets(copy.deepcopy(rsl_cfg))
     if _needs_migration(rsl_cfg):
-        # Isaac Lab's migration imports rsl_rl's runners, and with them its trackers' clients (2-6 s per process
-        # start where neptune is installed): only for configs that need it
+        # Isaac Lab's migration imports rsl_rl's runners, and with them its trackers' clients (seconds per process
+        # start where neptune is installed, docs/benchmarks.md): only for configs that need it
         from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
 
         # rsl_rl >= 5 layout (actor/critic model configs with distribution configs); it prints migration notes

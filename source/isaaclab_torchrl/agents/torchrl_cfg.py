@@ -86,9 +86,9 @@ class TorchRLCollectorCfg:
     simulation device (see :attr:`TorchRLRunnerCfg.speed`), synchronous on the CPU."""
     storing_device: str | None = None
     """Device the batches are stored on; ``None``: the simulation device. On a GPU, the collection's hand-over rules
-    (see :mod:`isaaclab_torchrl.runners.collection`) keep them intact: ``benchmarks/storage_proof.py`` compared a
-    checksum of every batch taken in the worker with one taken by the learner (Cartpole 300 iterations and ANYmal
-    100, sync and async, H200). ``cpu`` sends them through host memory (a device-to-host copy per step)."""
+    (see :mod:`isaaclab_torchrl.runners.collection`) keep them intact, which ``benchmarks/storage_proof.py`` checks
+    with a checksum of every batch in the worker and in the learner (``docs/benchmarks.md``). ``cpu`` sends them
+    through host memory (a device-to-host copy per step)."""
     cudagraph_policy: bool | None = None
     """Run the workers' policy inference as a CUDA graph (torchrl's ``cudagraph_policy``): one replay per
     step instead of a kernel launch per operator. Needs a CUDA simulation device. ``None``: on one (see
@@ -119,8 +119,9 @@ class TorchRLRunnerCfg:
     the CPU. ``"off"``: the plain ones everywhere. ``scripts/train.py`` prints what was chosen."""
     compile: bool | None = None
     """Compile PPO's loss and backward pass with ``torch.compile``; the compilation runs in the first iteration and
-    counts in its time. Alone it barely changes the GPU update's time (the loss breaks into several graphs);
-    with :attr:`cudagraphs` it is 3-6x faster (``benchmarks/README.md``). ``None``: see :attr:`speed`."""
+    counts in its time. Alone it changes the GPU update's time little (the loss breaks into several graphs);
+    with :attr:`cudagraphs` the update is several times faster (``docs/benchmarks.md``). ``None``: see
+    :attr:`speed`."""
     cudagraphs: bool | None = None
     """Replay the PPO gradient step (loss and backward) as a CUDA graph (tensordict's ``CudaGraphModule``): the
     first two minibatches run eagerly and the third is captured, within the training loop. Needs a CUDA learner,

@@ -128,9 +128,9 @@ class Collection:
         cfg = self.cfg
         sync = cfg.collector.sync
         frames_per_worker = [factory.num_envs * cfg.num_steps_per_env for factory in self.env_factories]
-        # on a GPU the batches stay there: before the hand-over rules below (no torchrl streams, the worker's wait in
-        # PublishRollout, the learner's wait in _next_rollout), CUDA-stored rollouts were corrupted on an H200 (NaN
-        # observations, illegal memory accesses); with them, benchmarks/storage_proof.py found every batch intact
+        # on a GPU the batches stay there; the hand-over rules keep them intact: no torchrl streams (below), the
+        # worker's wait in PublishRollout, the learner's wait in _next_rollout. Without them a CUDA-stored rollout can
+        # be read before it is written, or written while it is read; benchmarks/storage_proof.py checks every batch
         storing_device = cfg.collector.storing_device or cfg.device
         collector_class = MultiSyncCollector if sync else MultiAsyncCollector
         on_cuda = torch.device(cfg.device).type == "cuda"

@@ -47,9 +47,9 @@ def init_worker() -> None:
     shuts the workers down), so workers ignore SIGINT. And a worker dies with its main process, even one killed
     with SIGKILL (out of memory, a cluster scheduler), instead of living on as an orphan simulator.
 
-    At its exit, after its environment has closed, a worker's interpreter would spend seconds (4-6 s for a
-    16-env Cartpole on the CPU, longer than torchrl's shutdown waits before terminating it) in the garbage
-    collections of its module teardown, over the simulator's millions of objects: they are frozen out of them.
+    At its exit, after its environment has closed, a worker's interpreter would spend seconds (longer than
+    torchrl's shutdown waits before terminating it, ``docs/benchmarks.md``) in the garbage collections of its
+    module teardown, over the simulator's millions of objects: they are frozen out of them.
     """
     atexit.register(gc.freeze)  # runs after the handlers registered later (Isaac Lab's, Warp's), before the teardown
     signal.signal(signal.SIGINT, signal.SIG_IGN)
