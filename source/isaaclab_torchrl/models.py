@@ -21,8 +21,9 @@ class EnvInterface:
     """What the models need to know of an environment: which observation groups the actor and the critic read,
     their concatenated sizes, and the action size.
 
-    It is read from a collector worker's environment (see :mod:`isaaclab_torchrl.interfaces`),
-    never hard-coded, and it is small and picklable so that it can travel to the collector subprocesses.
+    It is read from the task's environment by a short-lived probe process, or remembered from an earlier run (see
+    :mod:`isaaclab_torchrl.interfaces`), never hard-coded; it is small and picklable, so that it travels to the
+    collector subprocesses and into checkpoints.
     """
 
     actor_obs_keys: tuple[str, ...]
@@ -243,7 +244,7 @@ class CollectionPolicy(TensorDictSequential):
 
     torchrl's graphed inference (``agent.collector.cudagraph_policy``) replays a module that returns its own input
     by merging the graph's locked output into the caller's tensordict, nested entries by reference: the recurrent
-    state under ``"next"`` then became the graph's locked output and the collector's next write into it failed
+    state under ``"next"`` would become the graph's locked output and the collector's next write into it would fail
     (``Cannot modify locked TensorDict``). A module that returns a new tensordict is replayed into a fresh clone.
     """
 

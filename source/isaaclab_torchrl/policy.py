@@ -47,7 +47,7 @@ def load_policy(path: str, device: torch.device | str = "cpu", interface: EnvInt
     """
     checkpoint = load_checkpoint(path, map_location=device)
     trained = yaml.safe_load(checkpoint["config"])
-    # fields that later versions dropped are left out (checkpoints of earlier versions keep loading); the networks
+    # fields the current config class lacks are left out, so that checkpoints of other versions load; the networks
     # step one step at a time here, where every recurrent backend computes the same with cuDNN
     fields = {field.name for field in dataclasses.fields(TorchRLPolicyCfg)}
     cfg = TorchRLPolicyCfg(**{key: value for key, value in trained["policy"].items() if key in fields})

@@ -137,7 +137,7 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
         # fixed shapes for the graph; eagerly, pad's cuDNN over split trajectories is faster (docs/benchmarks.md)
         agent_cfg.policy.recurrent_backend = "fused" if agent_cfg.cudagraphs else "pad"
     if collector.sync is None:
-        # asynchronous collection learned as well as synchronous at equal env steps on the GPU (learning.py, H200)
+        # asynchronous collection learned as well as synchronous at equal env steps on the GPU (docs/benchmarks.md)
         collector.sync = not (fast and cuda_simulation)
     return agent_cfg
 
