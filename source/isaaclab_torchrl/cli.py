@@ -178,9 +178,7 @@ def checkpoint_path(log_root: str, checkpoint: str | None, load_run: str) -> str
         raise UsageError(f"--checkpoint {checkpoint} is not supported; give a file, a run folder, latest or a W&B run.")
     if is_wandb_checkpoint(checkpoint):
         try:
-            return resolve_wandb_checkpoint(
-                checkpoint, download_dir=os.path.join(LOG_ROOT, "wandb_checkpoints")
-            )
+            return resolve_wandb_checkpoint(checkpoint, download_dir=os.path.join(LOG_ROOT, "wandb_checkpoints"))
         except Exception as exc:  # no client, no login, no network, no such run: one line
             message = " ".join(str(exc).split())
             raise UsageError(

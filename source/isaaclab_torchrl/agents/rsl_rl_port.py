@@ -129,6 +129,7 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         max_grad_norm=algorithm.max_grad_norm,
         gamma=algorithm.gamma,
         lam=algorithm.lam,
+        use_mixed_precision=getattr(algorithm, "use_mixed_precision", False),
     )
     obs_groups = rsl_cfg.obs_groups if isinstance(rsl_cfg.obs_groups, dict) else None
     experiment_name = rsl_cfg.experiment_name

@@ -72,6 +72,9 @@ class TorchRLPpoCfg:
     lam: float = 0.95
     normalize_advantage: bool = True
     """Standardise advantages over the whole batch (rsl_rl's default)."""
+    use_mixed_precision: bool = False
+    """Compute the losses (the networks' forward passes) under bfloat16 autocast, as rsl_rl's option of the same
+    name; the parameters, the optimizer and the gradients stay float32."""
 
 
 @configclass
@@ -127,6 +130,9 @@ class TorchRLRunnerCfg:
     first two minibatches run eagerly and the third is captured, within the training loop. Needs a CUDA learner,
     :attr:`compile`, and an MLP policy or a ``policy.recurrent_backend`` other than ``pad`` (which splits
     trajectories with data-dependent shapes, which a graph cannot replay). ``None``: see :attr:`speed`."""
+    tf32: bool = False
+    """Let the learner's float32 matrix products (the update and GAE, on a CUDA learner) use TF32, as cuDNN's LSTM,
+    which rsl_rl's recurrent policies run, does by default; the workers' inference is unaffected."""
     num_steps_per_env: int = MISSING
     max_iterations: int = MISSING
     save_interval: int = 50

@@ -148,6 +148,10 @@ def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
     update = "compiled + CUDA graph" if agent_cfg.cudagraphs else "compiled" if agent_cfg.compile else "eager"
     if policy.rnn_type is not None:
         update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend})"
+    if agent_cfg.algorithm.use_mixed_precision:
+        update += ", bfloat16 losses"
+    if agent_cfg.tf32:
+        update += ", TF32 products"
     workers = collector.num_collectors
     storage = collector.storing_device or agent_cfg.device
     return (

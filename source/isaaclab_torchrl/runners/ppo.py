@@ -42,6 +42,17 @@ def compile_cache_dir() -> str:
     return os.path.join(cache_home, "isaaclab_torchrl", "torchinductor")
 
 
+@contextlib.contextmanager
+def tf32_products(enabled: bool):
+    """CUDA float32 matrix products in TF32 inside the block (``agent.tf32``), as they were outside it after."""
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
 class ClipPPOLossWithKL(ClipPPOLoss):
     """torchrl's clipped PPO loss whose ``kl_approx`` output is rsl_rl's KL of the adaptive learning rate: the
     analytic Gaussian KL(reference || current), summed over the action dimensions and averaged over the samples.
@@ -143,6 +154,10 @@ class PPO:
         Raises:
             NonFiniteError: NaN/Inf in the batch, the advantages, a loss or a gradient (with ``check_for_nan``).
         """
+        with tf32_products(self.cfg.tf32):
+            return self._update(batch)
+
+    def _update(self, batch: TensorDictBase) -> dict[str, float]:
         algo, check = self.cfg.algorithm, self.cfg.check_for_nan
         self.communication_time = 0.0
         batch = batch.to(self.device)
@@ -225,17 +240,18 @@ class PPO:
 
         This is the part that ``cfg.compile`` compiles and ``cfg.cudagraphs`` replays as a CUDA graph.
         """
-        with set_recurrent_mode(True):
+        autocast = torch.autocast(self.device.type, torch.bfloat16, enabled=self.cfg.algorithm.use_mixed_precision)
+        with set_recurrent_mode(True), autocast:
             losses = self.loss(minibatch)
-        loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+            loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         return TensorDict(
             {
-                "surrogate": losses["loss_objective"].detach(),
-                "value": losses["loss_critic"].detach(),
-                "entropy": losses["entropy"].detach(),
-                "kl": losses["kl_approx"].detach(),  # rsl_rl's analytic KL (see ClipPPOLossWithKL)
+                "surrogate": losses["loss_objective"].detach().float(),
+                "value": losses["loss_critic"].detach().float(),
+                "entropy": losses["entropy"].detach().float(),
+                "kl": losses["kl_approx"].detach().float(),  # rsl_rl's analytic KL (see ClipPPOLossWithKL)
             }
         )
 
