@@ -5,7 +5,9 @@ The plain PPO runs step-by-step networks, GAE bootstrapped with the final observ
 clipped surrogate and value losses, the entropy bonus, the analytic KL of rsl_rl's adaptive learning rate (adapted per
 minibatch before its optimizer step), the actor's and the critic's gradients clipped separately and Adam, over
 several epochs of one random split into minibatches drawn once per update (rsl_rl's generators). The tests check
-that the value clipping acted and the adaptive learning rate moved, so that neither comparison holds vacuously."""
+that the value clipping acted and the adaptive learning rate moved, so that neither comparison holds vacuously, and
+that the observation normalisers learn from the batch only after the epochs (the batch was collected with the
+statistics from before it)."""
 
 import copy
 import math
@@ -375,6 +377,35 @@ def test_epochs_reuse_one_minibatch_split_with_the_adaptive_learning_rate_and_va
     stats = _update(learner, batch)
 
     _assert_update_equals(learner, initial, stats, reference)
+
+
+@pytest.mark.parametrize("rnn_type", [None, "lstm"])
+def test_normalizers_learn_the_batch_after_the_epochs_which_use_the_statistics_from_before_it(rnn_type):
+    """The batch was collected, and its values for GAE computed, with the running statistics from before it: every
+    minibatch's losses and gradients use those; after the update the normalisers hold them merged with the batch's
+    observations (rsl_rl updates them after its epochs too)."""
+    torch.manual_seed(0)
+    cfg = _cfg(rnn_type, **SEVERAL_STEPS, learning_rate=LR_MAX)
+    cfg.policy.actor_obs_normalization = cfg.policy.critic_obs_normalization = True
+    learner = PPO(cfg, INTERFACE, "cpu")
+    # earlier batches, far from this one: merging this one moves the statistics a lot
+    earlier = 1.5 + 0.5 * torch.randn(40, OBS, generator=torch.Generator().manual_seed(7))
+    assert len(learner.normalizers) == 2, "the actor's and the critic's"
+    for normalizer, _ in learner.normalizers:
+        normalizer.update(earlier)
+    batch = _batch(rnn_type)
+    reference = _reference_update(learner, batch)  # with frozen copies of the statistics from before the batch
+    _check_margins(reference, LR_MAX, cfg.algorithm.desired_kl)
+    initial = [p.detach().clone() for p in _learner_parameters(learner)]
+
+    stats = _update(learner, batch)
+
+    _assert_update_equals(learner, initial, stats, reference)
+    seen = torch.cat([earlier, batch["policy"].reshape(-1, OBS)])
+    for normalizer, _ in learner.normalizers:
+        assert int(normalizer.count) == len(seen)
+        torch.testing.assert_close(normalizer.mean, seen.mean(0), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(normalizer.var, seen.var(0, unbiased=False), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("rnn_type", [None, "lstm"])
