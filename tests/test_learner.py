@@ -5,9 +5,10 @@ The plain PPO runs step-by-step networks, GAE bootstrapped with the final observ
 clipped surrogate and value losses, the entropy bonus, the analytic KL of rsl_rl's adaptive learning rate (adapted per
 minibatch before its optimizer step), the actor's and the critic's gradients clipped separately and Adam, over
 several epochs of one random split into minibatches drawn once per update (rsl_rl's generators). The tests check
-that the value clipping acted and the adaptive learning rate moved, so that neither comparison holds vacuously, and
-that the observation normalisers learn from the batch only after the epochs (the batch was collected with the
-statistics from before it)."""
+that the value clipping acted and the adaptive learning rate moved, so that neither comparison holds vacuously; that
+the observation normalisers learn from the batch only after the epochs (the batch was collected with the statistics
+from before it); and the lag-corrected update (the proximal policy as the reference of the ratio, the clip and the
+KL; advantages weighted by the truncated importance ratio between the proximal and the acting policy)."""
 
 import copy
 import math
@@ -406,6 +407,31 @@ def test_normalizers_learn_the_batch_after_the_epochs_which_use_the_statistics_f
         assert int(normalizer.count) == len(seen)
         torch.testing.assert_close(normalizer.mean, seen.mean(0), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(normalizer.var, seen.var(0, unbiased=False), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rnn_type", [None, "lstm"])
+def test_lag_corrected_update_clips_against_the_proximal_policy_and_weights_advantages_by_truncated_ratios(rnn_type):
+    """Decoupled PPO: the learner's policy at the start of the update (the proximal one) is the reference of the
+    ratio, the clip and the KL of every minibatch; the normalised advantages are multiplied by the importance weight
+    min(exp(proximal - acting log-probability), 1). The batch's acting policy (its log-probabilities, loc and scale)
+    is another one, so that both references differ and the weights are below 1 on some steps, truncated on others."""
+    torch.manual_seed(0)
+    # from the rate's maximum: the first minibatch's KL to the proximal policy (the same weights) is zero up to
+    # rounding, where the schedule's "0 < kl" may grow the rate or not
+    cfg = _cfg(rnn_type, **SEVERAL_STEPS, learning_rate=LR_MAX)
+    learner = PPO(cfg, INTERFACE, "cpu", lag_corrected=True)
+    batch = _batch(rnn_type)
+    reference = _reference_update(learner, batch, lag_corrected=True)
+    _check_margins(reference, LR_MAX, cfg.algorithm.desired_kl)
+    weight = reference.importance_weights
+    assert bool((weight < 0.9).any()) and bool((weight == 1.0).any()), weight
+    initial = [p.detach().clone() for p in _learner_parameters(learner)]
+
+    stats = _update(learner, batch)
+
+    _assert_update_equals(learner, initial, stats, reference)
+    assert stats["importance_weight"] == pytest.approx(float(weight.mean()), rel=1e-5)
+    assert stats["truncated_fraction"] == pytest.approx(float((weight == 1.0).float().mean()), rel=1e-5)
 
 
 @pytest.mark.parametrize("rnn_type", [None, "lstm"])
