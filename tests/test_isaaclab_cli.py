@@ -1,54 +1,187 @@
-"""Isaac Lab 3.0's unified train/play command line: every argument of its rsl_rl workflow parses here to the same
-value, ``--external_callback`` registers a task that then trains, and what cannot apply is one line and exit 2."""
+"""Isaac Lab 3.0's unified train/play command line, compared by behaviour with Isaac Lab's own rsl_rl parsers
+(``train_rsl_rl._parse_args``, ``play_rsl_rl._parse_args``): every argument they have, set to a value other than its
+default, parses here to the same value and changes nothing else; the defaults are Isaac Lab's and the values the
+same, but where listed with the reason. ``--external_callback`` registers a task that then trains (a real run); what
+cannot apply is one line and exit 2."""
 
+import contextlib
+import io
 import os
+import re
 import shutil
 import sys
 
 import pytest
+from isaaclab_rl.entrypoints.backends import play_rsl_rl, train_rsl_rl
 
 from helpers import CPU_ARGS, REPO, assert_ok, run_dirs, run_script
-
-sys.path.insert(0, os.path.join(REPO, "scripts"))  # the scripts are not a package: their parsers, imported here
-import play  # noqa: E402
-import train  # noqa: E402
-from isaaclab_rl.entrypoints.backends import play_rsl_rl, train_rsl_rl  # noqa: E402
+from isaaclab_torchrl.cli import make_play_parser, make_train_parser, parse_args
 
 TASKS = {"PYTHONPATH": os.path.join(REPO, "tests", "tasks")}
-COMMON = ["--task", "Isaac-Cartpole-Direct", "--agent", "x", "--num_envs", "8", "--seed", "7", "--device", "cpu"]
-COMMON += ["--viz", "none", "--video_length", "20", "--video_interval", "100", "--frontend", "torch"]
-COMMON += ["--deterministic", "physics=newton_mjwarp", "agent.seed=3"]
-TRAIN = [*COMMON, "--max_iterations", "3", "--distributed", "--run_timestamp", "2026-01-01_00-00-00"]
-TRAIN += ["--export_io_descriptors", "--ray-proc-id", "4", "--capture_env_sensors_length", "100"]
-TRAIN += ["--capture_env_sensors_interval", "50", "--capture_env_sensors_format", "file", "--experiment_name", "e"]
-TRAIN += ["--run_name", "r", "--checkpoint", "model_3.pt", "--logger", "wandb", "--log_project_name", "p"]
-TRAIN += ["--no-resume_optimizer_state"]
-PLAY = [*COMMON, "--real-time", "--train_env_cfg", "--disable_fabric", "--checkpoint", "model_3.pt", "--video"]
+PARSERS = {"train": (train_rsl_rl._parse_args, make_train_parser), "play": (play_rsl_rl._parse_args, make_play_parser)}
+HYDRA = ["physics=newton_mjwarp", "agent.seed=3"]  # left for Hydra, by both
+HELP = ("-h", "--help")
+# every option string of Isaac Lab's rsl_rl train and play command lines (in both, then in one only), with the
+# tokens after it that give it a value other than its default
+COMMON = {
+    "--video": [],
+    "--video_length": ["20"],
+    "--video_interval": ["100"],
+    "--num_envs": ["8"],
+    "--task": ["Isaac-Cartpole-Direct"],
+    "--frontend": ["warp"],
+    "--agent": ["x"],
+    "--seed": ["7"],
+    "--external_callback": ["gc.enable"],  # a harmless callable; it returns None: no argument consumed
+    "--experiment_name": ["e"],
+    "--run_name": ["r"],
+    "--checkpoint": ["model_3.pt"],
+    "--logger": ["wandb"],
+    "--log_project_name": ["p"],
+    "--livestream": ["1"],
+    "--xr": [],
+    "--device": ["cpu"],
+    "--visualizer": ["newton"],
+    "--viz": ["kit,rerun"],
+    "--verbose": [],
+    "--info": [],
+    "--experience": ["my.kit"],
+    "--deterministic": [],
+    "--kit_args=--ext-folder=/tmp/ext": [],  # a value that starts with a dash: only the "=" form reaches the option
+    "--anim_recording_enabled": [],
+    "--anim_recording_start_time": ["1.5"],
+    "--anim_recording_stop_time": ["20"],
+    "--max_visible_envs": ["4"],
+}
+TRAIN_ONLY = {
+    "--distributed": [],
+    "--run_timestamp": ["2026-01-01_00-00-00"],
+    "--max_iterations": ["3"],
+    "--export_io_descriptors": [],
+    "--ray-proc-id": ["4"],
+    "-rid": ["5"],
+    "--capture_env_sensors": ["2"],
+    "--capture_env_sensors_length": ["100"],
+    "--capture_env_sensors_interval": ["50"],
+    "--capture_env_sensors_format": ["file"],
+    "--resume_optimizer_state": [],  # after --no-resume_optimizer_state (see SETUP): its default is True
+    "--no-resume_optimizer_state": [],
+}
+PLAY_ONLY = {"--disable_fabric": [], "--real-time": [], "--train_env_cfg": []}
+ARGUMENTS = {"train": {**COMMON, **TRAIN_ONLY}, "play": {**COMMON, **PLAY_ONLY}}
+SETUP = {"--resume_optimizer_state": ["--no-resume_optimizer_state"]}
+"""Tokens before an option, where its default cannot be changed by the option alone."""
+SET_AFTER_PARSING = {"enable_cameras"}
+"""Set by Isaac Lab's entry point after parsing (``enable_cameras_for_video``: cameras for --video and sensor
+capture), not an argument."""
+OWN_DEFAULTS = {
+    # the torchrl agent config is an entry point of its own ("torchrl" names it), not rsl_rl's
+    "agent": "torchrl",
+    # resolved later: the GPU when there is one, else the CPU (Isaac Lab's "cuda:0" fails on a machine without one)
+    "device": None,
+}
+OWN_PLAY_DEFAULTS = {
+    # Isaac Lab's None means the newest checkpoint of the newest run, which "latest" names here
+    "checkpoint": "latest",
+}
+ACCEPTED_HERE_ONLY = {
+    # Isaac Lab's rsl_rl parser allows wandb, tensorboard and neptune; this runner also logs to MLflow
+    # (runners/trackers.py)
+    "--logger": "mlflow",
+}
+"""Values that Isaac Lab's parser refuses and this one accepts on purpose."""
 
 
-def _isaaclab_namespace(parse, argv: list[str]) -> dict:
+def _option(token: str) -> str:
+    return token.split("=", 1)[0]
+
+
+def _parse(script: str, ours: bool, argv: list[str]) -> tuple[dict, list[str]]:
+    """Isaac Lab's or our parse of ``argv``: the namespace and the arguments left for Hydra."""
+    theirs, make_parser = PARSERS[script]
+    if ours:
+        args, hydra_args = parse_args(make_parser(), argv)
+        return vars(args), hydra_args
     saved = list(sys.argv)
     try:
-        return vars(parse(argv))
+        args = vars(theirs(argv))
+        return args, sys.argv[1:]  # Isaac Lab's parser hands the overrides to Hydra through sys.argv
     finally:
-        sys.argv = saved  # Isaac Lab's parser hands the overrides to Hydra through sys.argv
+        sys.argv = saved
+
+
+def _isaaclab_options(script: str) -> set[str]:
+    """The option strings of Isaac Lab's parser, read from the help it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
+        _parse(script, ours=False, argv=["--help"])
+    assert exit_info.value.code == 0
+    options = set()
+    for line in out.getvalue().splitlines():
+        if re.match(r"  -", line):  # "  --name VALUE, -n VALUE   help": each option's first line
+            options.update(part.split()[0] for part in re.split(r"\s{2,}", line.strip())[0].split(", "))
+    return options
 
 
 @pytest.mark.parametrize("script", ["train", "play"])
-def test_every_isaaclab_argument_parses_to_the_same_value(script):
-    if script == "train":
-        argv, ours_parser, theirs = TRAIN, train.make_parser(), train_rsl_rl._parse_args
-    else:
-        argv, ours_parser, theirs = PLAY, play.make_parser(), play_rsl_rl._parse_args
-    expected = _isaaclab_namespace(theirs, argv)
-    ours, hydra_args = train.parse_args(ours_parser, argv)
-    assert hydra_args == ["physics=newton_mjwarp", "agent.seed=3"]
-    # set by Isaac Lab after parsing (cameras for --video), not an argument
-    missing = sorted(set(expected) - set(vars(ours)) - {"enable_cameras"})
-    assert not missing, f"Isaac Lab arguments not accepted: {missing}"
+def test_every_isaaclab_argument_is_compared(script):
+    """The table of non-default values holds every option of Isaac Lab's parser, and no other."""
+    assert _isaaclab_options(script) == {*HELP, *map(_option, ARGUMENTS[script])}
+
+
+@pytest.mark.parametrize(
+    ("script", "option"), [(script, option) for script in ("train", "play") for option in (*HELP, *ARGUMENTS[script])]
+)
+def test_each_isaaclab_argument_parses_to_the_same_value(script, option):
+    """Set alone to a value other than its default, an Isaac Lab argument changes here the same entries of the
+    namespace to the same values as there, and leaves the same Hydra overrides."""
+    if option in HELP:
+        for ours in (False, True):
+            with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as exit_info:
+                _parse(script, ours, [option, *HYDRA])
+            assert exit_info.value.code == 0
+        return
+    setup = SETUP.get(option, [])
+    argv = [*setup, option, *ARGUMENTS[script][option], *HYDRA]
+    changed = {}
+    for ours in (False, True):
+        before, _ = _parse(script, ours, [*setup, *HYDRA])
+        after, hydra_args = _parse(script, ours, argv)
+        assert hydra_args == HYDRA, (ours, hydra_args)
+        changed[ours] = {
+            name: value
+            for name, value in after.items()
+            if name not in SET_AFTER_PARSING and (name not in before or before[name] != value)
+        }
+    assert changed[False], f"{argv} sets {option} to its default in Isaac Lab's parser"
+    assert changed[True] == changed[False]
+
+
+@pytest.mark.parametrize("script", ["train", "play"])
+@pytest.mark.parametrize(("option", "value"), ACCEPTED_HERE_ONLY.items())
+def test_listed_values_that_isaaclab_refuses_are_accepted_here(script, option, value):
+    """The listed differences on purpose (ACCEPTED_HERE_ONLY) are real: Isaac Lab exits 2, this parser keeps it."""
+    with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit) as exit_info:
+        _parse(script, ours=False, argv=[option, value])
+    assert exit_info.value.code == 2
+    ours, _ = _parse(script, ours=True, argv=[option, value])
+    assert ours[option.lstrip("-")] == value
+
+
+@pytest.mark.parametrize("script", ["train", "play"])
+def test_isaaclab_defaults_are_kept_but_where_listed(script):
+    """Every Isaac Lab argument left out has Isaac Lab's default here, but the listed ones (see OWN_DEFAULTS)."""
+    expected, _ = _parse(script, ours=False, argv=[])
+    ours, _ = _parse(script, ours=True, argv=[])
+    own = {**OWN_DEFAULTS, **(OWN_PLAY_DEFAULTS if script == "play" else {})}
     for name, value in expected.items():
-        if name != "enable_cameras":
-            assert getattr(ours, name) == value, name
+        if name in SET_AFTER_PARSING:
+            continue
+        assert name in ours, f"Isaac Lab argument not accepted: {name}"
+        if name in own:
+            assert value != own[name] and ours[name] == own[name], name
+        else:
+            assert ours[name] == value, name
 
 
 def test_external_callback_registers_a_task_that_trains(workdir):

@@ -1,10 +1,18 @@
-"""The PPO learner alone, built without any environment: one update on a small synthetic batch in the collectors'
-``compact_obs`` layout equals a plain PyTorch PPO (step-by-step networks, GAE bootstrapped with the final
-observations, normalised advantages, clipped surrogate and value losses, entropy bonus, the analytic KL of the
-adaptive learning rate, the actor's and the critic's gradients clipped separately, one Adam step) on the same data
-and initial weights."""
+"""The PPO learner alone, built without any environment: an update on a small synthetic batch in the collectors'
+``compact_obs`` layout equals a plain PyTorch PPO on the same data and initial weights.
+
+The plain PPO runs step-by-step networks, GAE bootstrapped with the final observations, normalised advantages, the
+clipped surrogate and value losses, the entropy bonus, the analytic KL of rsl_rl's adaptive learning rate (adapted per
+minibatch before its optimizer step), the actor's and the critic's gradients clipped separately and Adam, over
+several epochs of one random split into minibatches drawn once per update (rsl_rl's generators). The tests check
+that the value clipping acted and the adaptive learning rate moved, so that neither comparison holds vacuously; that
+the observation normalisers learn from the batch only after the epochs (the batch was collected with the statistics
+from before it); and the lag-corrected update (the proximal policy as the reference of the ratio, the clip and the
+KL; advantages weighted by the truncated importance ratio between the proximal and the acting policy)."""
 
 import copy
+import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -14,7 +22,7 @@ from torch import nn
 from torchrl.modules import MLP
 
 from isaaclab_torchrl.agents import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
-from isaaclab_torchrl.models import EnvInterface
+from isaaclab_torchrl.models import EnvInterface, observation_normalizers
 from isaaclab_torchrl.runners import PPO
 
 N, T, OBS, ACT, HIDDEN = 4, 6, 3, 2, 5
@@ -23,9 +31,18 @@ CLIP, VALUE_COEF, ENTROPY_COEF, LR, GAMMA, LAM = 0.2, 0.7, 0.01, 3e-3, 0.9, 0.8
 MAX_GRAD_NORM = 1e-6
 TERMINATED = {(0, 2), (3, 5)}
 TRUNCATED = {(1, 3), (2, 0), (3, 1)}
+# rsl_rl's adaptive schedule
+LR_MIN, LR_MAX = 1e-5, 1e-2
+SEED = 11  # of the minibatch split (torch.randperm on the global generator, the batch's device: the CPU)
+BACKENDS = [(None, "auto"), ("lstm", "pad"), ("lstm", "fused")]
+INTERFACE = EnvInterface(("policy",), OBS, ("policy",), OBS, ACT)
+ONE_STEP = dict(epochs=1, minibatches=1, schedule="fixed")
+# several epochs of two minibatches with the adaptive schedule, at a clip range that the values move past within
+# the update (the clipping acts) and a desired KL that the policy's moves reach
+SEVERAL_STEPS = dict(epochs=3, minibatches=2, schedule="adaptive", clip_param=0.02, desired_kl=0.003)
 
 
-def _cfg(rnn_type) -> TorchRLRunnerCfg:
+def _cfg(rnn_type, epochs, minibatches, schedule, learning_rate=LR, clip_param=CLIP, desired_kl=0.01):
     return TorchRLRunnerCfg(
         device="cpu",
         num_steps_per_env=T,
@@ -35,11 +52,12 @@ def _cfg(rnn_type) -> TorchRLRunnerCfg:
             rnn_type=rnn_type, rnn_hidden_size=HIDDEN, actor_hidden_dims=[8], critic_hidden_dims=[8], init_noise_std=0.8
         ),
         algorithm=TorchRLPpoCfg(
-            num_learning_epochs=1,
-            num_mini_batches=1,
-            learning_rate=LR,
-            schedule="fixed",
-            clip_param=CLIP,
+            num_learning_epochs=epochs,
+            num_mini_batches=minibatches,
+            learning_rate=learning_rate,
+            schedule=schedule,
+            desired_kl=desired_kl,
+            clip_param=clip_param,
             value_loss_coef=VALUE_COEF,
             entropy_coef=ENTROPY_COEF,
             max_grad_norm=MAX_GRAD_NORM,
@@ -91,7 +109,8 @@ def _batch(rnn_type) -> TensorDict:
 
 
 class PlainNetwork(nn.Module):
-    """A network of the learner rebuilt from plain modules with copies of its weights, run one step at a time."""
+    """A network of the learner rebuilt from plain modules with copies of its weights (and of its observation
+    normaliser's statistics, frozen), run one step at a time."""
 
     def __init__(self, torchrl_network: nn.Module, name: str):
         super().__init__()
@@ -99,32 +118,41 @@ class PlainNetwork(nn.Module):
         lstms = [m for m in torchrl_network.modules() if isinstance(m, nn.LSTM)]
         self.lstm = copy.deepcopy(lstms[0]) if lstms else None
         self.mlp = copy.deepcopy(next(m for m in torchrl_network.modules() if isinstance(m, MLP)))
+        normalizers = observation_normalizers(torchrl_network)
+        self.statistics = None
+        if normalizers:
+            normalizer = normalizers[0]
+            self.statistics = (normalizer.mean.clone(), normalizer.var.clone(), normalizer.eps)
 
-    def forward(self, batch: TensorDict, with_next: bool = False):
-        """Outputs at every step (and, with ``with_next``, on the final observation after it), slice by slice."""
+    def normalized(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.statistics is None:
+            return obs
+        mean, var, eps = self.statistics
+        return (obs - mean) / (var.sqrt() + eps)
+
+    def forward(self, batch: TensorDict, with_next: bool = False, slices=range(N)):
+        """Outputs at every step (and, with ``with_next``, on the final observation after it) of ``slices``, as
+        ``[len(slices), T, ...]``; a recurrent network runs one step at a time."""
+        obs = self.normalized(batch["policy"][list(slices)])
+        final_obs = self.normalized(batch["next", "final_obs", "policy"][list(slices)])
+        if self.lstm is None:
+            return (self.mlp(obs), self.mlp(final_obs)) if with_next else self.mlp(obs)
         outputs, next_outputs = [], []
-        for env in range(N):
+        for row, env in enumerate(slices):
             state = None
             for step in range(T):
-                obs = batch["policy"][env, step]
-                if self.lstm is None:
-                    outputs.append(self.mlp(obs))
-                    next_outputs.append(self.mlp(batch["next", "final_obs", "policy"][env, step]))
-                    continue
                 if batch["is_init"][env, step]:
                     state = None
                 if state is None:  # a new segment starts from the state the collector recorded (zero when new)
                     state = tuple(batch[f"{self.name}_{k}"][env, step].view(1, 1, -1).contiguous() for k in "hc")
-                features, new_state = self.lstm(obs.view(1, 1, -1), state)
+                features, new_state = self.lstm(obs[row, step].view(1, 1, -1), state)
                 outputs.append(self.mlp(features.view(-1)))
                 if with_next:
-                    next_features, _ = self.lstm(
-                        batch["next", "final_obs", "policy"][env, step].view(1, 1, -1), new_state
-                    )
+                    next_features, _ = self.lstm(final_obs[row, step].view(1, 1, -1), new_state)
                     next_outputs.append(self.mlp(next_features.view(-1)))
                 state = new_state
-        out = torch.stack(outputs).view(N, T, -1)
-        return (out, torch.stack(next_outputs).view(N, T, -1)) if with_next else out
+        out = torch.stack(outputs).view(len(slices), T, -1)
+        return (out, torch.stack(next_outputs).view(len(slices), T, -1)) if with_next else out
 
     def weights(self) -> list[nn.Parameter]:
         return [*(self.lstm.parameters() if self.lstm is not None else []), *self.mlp.parameters()]
@@ -135,7 +163,31 @@ def _noise_scale(actor: nn.Module) -> nn.Parameter:
     return noise.state_independent_scale
 
 
-def _reference_update(learner: PPO, batch: TensorDict) -> tuple[list[torch.Tensor], dict[str, float]]:
+@dataclass
+class Reference:
+    """The plain PPO's update: its parameters, statistics and learning rate, and what happened on the way."""
+
+    parameters: list[torch.Tensor]
+    stats: dict[str, float]
+    learning_rate: float
+    kls: list[float]
+    """The KL of each minibatch, in order."""
+    learning_rates: list[float]
+    """The learning rate of each minibatch's step, in order."""
+    value_clipped: int
+    """Samples (over all minibatches) whose value loss the clipping set: the value moved more than the clip range
+    from the stored one, toward the target, so that the clipped (pessimistic) loss is the larger."""
+    importance_weights: torch.Tensor | None = None
+
+
+def _reference_update(learner: PPO, batch: TensorDict, lag_corrected: bool = False) -> Reference:
+    """The update ``learner`` must make on ``batch``, in plain PyTorch, from copies of its weights and config.
+
+    The random split into minibatches is drawn once, with ``torch.manual_seed(SEED)``, and every epoch goes through
+    it again; with ``lag_corrected``, the learner's policy at the start is the proximal one.
+    """
+    algo = learner.cfg.algorithm
+    clip, desired_kl = algo.clip_param, algo.desired_kl
     actor, critic = PlainNetwork(learner.actor, "actor_rnn"), PlainNetwork(learner.critic, "critic_rnn")
     std_param = nn.Parameter(_noise_scale(learner.actor).detach().clone())
 
@@ -152,31 +204,79 @@ def _reference_update(learner: PPO, batch: TensorDict) -> tuple[list[torch.Tenso
             advantage[:, step] = running
         target = advantage + values
         advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        # the reference policy of the ratio, the clip and the KL: the acting one, or the proximal one (the
+        # learner's policy before this update), with the advantages weighted by the truncated importance ratio
+        reference_log_prob, reference_loc, reference_scale = batch["action_log_prob"], batch["loc"], batch["scale"]
+        weight = None
+        if lag_corrected:
+            reference_loc = actor(batch)
+            reference_scale = std_param.clamp_min(1e-6).expand_as(reference_loc)
+            proximal = torch.distributions.Normal(reference_loc, reference_scale)
+            reference_log_prob = proximal.log_prob(batch["action"]).sum(-1)
+            weight = torch.exp(reference_log_prob - batch["action_log_prob"]).clamp(max=1.0)  # truncated at 1
+            advantage = advantage * weight
 
-    loc = actor(batch)
-    distribution = torch.distributions.Normal(loc, std_param.clamp_min(1e-6))
-    log_prob = distribution.log_prob(batch["action"]).sum(-1)
-    ratio = torch.exp(log_prob - batch["action_log_prob"])
-    surrogate = -torch.min(ratio * advantage, ratio.clamp(1 - CLIP, 1 + CLIP) * advantage).mean()
-    value = critic(batch).squeeze(-1)
-    clipped = values + (value - values).clamp(-CLIP, CLIP)
-    value_loss = VALUE_COEF * torch.max((value - target) ** 2, (clipped - target) ** 2).mean()
-    entropy = distribution.entropy().sum(-1).mean()
-    # the adaptive schedule's KL: analytic, from the acting policy's loc and scale to the current policy's
-    acting = torch.distributions.Normal(batch["loc"], batch["scale"])
-    kl = torch.distributions.kl_divergence(acting, distribution).sum(-1).mean()
-    loss = surrogate + value_loss - ENTROPY_COEF * entropy
+    # one permutation per update: of whole slices for the LSTM, of single steps for the MLP
+    recurrent = actor.lstm is not None
+    count = algo.num_mini_batches
+    size = N if recurrent else N * T
+    torch.manual_seed(SEED)
+    split = torch.randperm(size)[: count * (size // count)].view(count, size // count)
+
+    def select(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """The minibatch's samples of a ``[N, T, ...]`` tensor, as a flat ``[samples, ...]`` one."""
+        chosen = tensor[indices] if recurrent else tensor.reshape(N * T, *tensor.shape[2:])[indices]
+        return chosen.reshape(-1, *tensor.shape[2:])
+
+    def run(network: PlainNetwork, indices: torch.Tensor) -> torch.Tensor:
+        """The network's outputs on the minibatch's samples (a recurrent one runs only the minibatch's slices)."""
+        if recurrent:
+            return network(batch, slices=indices.tolist()).flatten(0, 1)
+        return select(network(batch), indices)
 
     parameters = [*actor.weights(), std_param, *critic.weights()]
-    optimizer = torch.optim.Adam(parameters, lr=LR)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_([*actor.weights(), std_param], MAX_GRAD_NORM)
-    torch.nn.utils.clip_grad_norm_(critic.weights(), MAX_GRAD_NORM)
-    optimizer.step()
-    stats = {key: float(value.detach()) for key, value in [("surrogate", surrogate), ("value", value_loss)]}
-    stats["entropy"] = float(entropy.detach())
-    stats["kl"] = float(kl.detach())
-    return parameters, stats
+    learning_rate = algo.learning_rate
+    optimizer = torch.optim.Adam(parameters, lr=learning_rate)
+    sums = dict.fromkeys(("surrogate", "value", "entropy", "kl"), 0.0)
+    kls, learning_rates, value_clipped = [], [], 0
+    for _ in range(algo.num_learning_epochs):
+        for indices in split:
+            loc = run(actor, indices)
+            distribution = torch.distributions.Normal(loc, std_param.clamp_min(1e-6))
+            log_prob = distribution.log_prob(select(batch["action"], indices)).sum(-1)
+            ratio = torch.exp(log_prob - select(reference_log_prob, indices))
+            mb_advantage = select(advantage, indices)
+            surrogate = -torch.min(ratio * mb_advantage, ratio.clamp(1 - clip, 1 + clip) * mb_advantage).mean()
+            value = run(critic, indices).squeeze(-1)
+            old_value, mb_target = select(values, indices), select(target, indices)
+            clipped = old_value + (value - old_value).clamp(-clip, clip)
+            value_loss = VALUE_COEF * torch.max((value - mb_target) ** 2, (clipped - mb_target) ** 2).mean()
+            value_clipped += int(((clipped - mb_target) ** 2 > (value - mb_target) ** 2).sum())
+            entropy = distribution.entropy().sum(-1).mean()
+            reference = torch.distributions.Normal(select(reference_loc, indices), select(reference_scale, indices))
+            kl = float(torch.distributions.kl_divergence(reference, distribution).sum(-1).mean().detach())
+            loss = surrogate + value_loss - ENTROPY_COEF * entropy
+
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([*actor.weights(), std_param], MAX_GRAD_NORM)
+            torch.nn.utils.clip_grad_norm_(critic.weights(), MAX_GRAD_NORM)
+            if algo.schedule == "adaptive":  # rsl_rl's rule, on this minibatch's KL, before its step
+                if kl > 2.0 * desired_kl:
+                    learning_rate = max(LR_MIN, learning_rate / 1.5)
+                elif 0.0 < kl < desired_kl / 2.0:
+                    learning_rate = min(LR_MAX, learning_rate * 1.5)
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate
+            optimizer.step()
+            kls.append(kl)
+            learning_rates.append(learning_rate)
+            for key, term in (("surrogate", surrogate), ("value", value_loss), ("entropy", entropy)):
+                sums[key] += float(term.detach())
+            sums["kl"] += kl
+    steps = len(kls)
+    stats = {key: value / steps for key, value in sums.items()}
+    return Reference(parameters, stats, learning_rate, kls, learning_rates, value_clipped, weight)
 
 
 def _learner_parameters(learner: PPO) -> list[torch.Tensor]:
@@ -191,38 +291,154 @@ def _learner_parameters(learner: PPO) -> list[torch.Tensor]:
     return found
 
 
-@pytest.mark.parametrize(
-    ("rnn_type", "backend"),
-    # the GPU's graphed update runs the fused backend, eager updates pad; on the CPU both must agree
-    [(None, "auto"), ("lstm", "pad"), ("lstm", "fused")],
-)
-def test_one_update_equals_a_plain_pytorch_ppo_step(rnn_type, backend):
-    torch.manual_seed(0)
-    cfg = _cfg(rnn_type)
-    cfg.policy.recurrent_backend = backend
-    learner = PPO(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, ACT), "cpu")
-    batch = _batch(rnn_type)
-    expected_parameters, expected_stats = _reference_update(learner, batch)
-    initial = [p.detach().clone() for p in _learner_parameters(learner)]
+def _update(learner: PPO, batch: TensorDict) -> dict[str, float]:
+    """The learner's update, its minibatch split drawn as the reference's."""
+    torch.manual_seed(SEED)
+    return learner.update(batch.clone())
 
-    stats = learner.update(batch.clone())
 
+def _assert_update_equals(learner: PPO, initial: list[torch.Tensor], stats: dict, reference: Reference) -> None:
     updated = _learner_parameters(learner)
-    assert len(updated) == len(expected_parameters)
-    for before, after, expected in zip(initial, updated, expected_parameters, strict=True):
+    assert len(updated) == len(reference.parameters)
+    for before, after, expected in zip(initial, updated, reference.parameters, strict=True):
         assert not torch.equal(before, after), "every parameter moved"
         torch.testing.assert_close(after.detach(), expected.detach(), atol=1e-5, rtol=1e-5)
-    for key, value in expected_stats.items():
+    for key, value in reference.stats.items():
         assert stats[key] == pytest.approx(value, abs=1e-5, rel=1e-5), key
+    assert learner.learning_rate == pytest.approx(reference.learning_rate, rel=1e-6)
+
+
+def _check_margins(reference: Reference, learning_rate: float, desired_kl: float) -> None:
+    """No KL sits so close to a threshold of the adaptive schedule that rounding could take the other branch."""
+    rates = [learning_rate, *reference.learning_rates]
+    for kl, rate in zip(reference.kls, rates, strict=False):
+        if kl < 1e-6:  # zero up to rounding: "0 < kl" may go either way, which only the rate's maximum hides
+            assert rate == LR_MAX, (kl, rate)
+            continue
+        for threshold in (2.0 * desired_kl, desired_kl / 2.0):
+            assert abs(kl - threshold) > 0.01 * threshold, (kl, threshold)
+
+
+# the GPU's graphed update runs the fused backend, eager updates pad; on the CPU both must agree
+@pytest.mark.parametrize(("rnn_type", "backend"), BACKENDS)
+def test_one_update_equals_a_plain_pytorch_ppo_step(rnn_type, backend):
+    torch.manual_seed(0)
+    cfg = _cfg(rnn_type, **ONE_STEP)
+    cfg.policy.recurrent_backend = backend
+    learner = PPO(cfg, INTERFACE, "cpu")
+    batch = _batch(rnn_type)
+    reference = _reference_update(learner, batch)
+    initial = [p.detach().clone() for p in _learner_parameters(learner)]
+
+    stats = _update(learner, batch)
+
+    _assert_update_equals(learner, initial, stats, reference)
+
+
+def _acted_near_the_learner(learner: PPO, batch: TensorDict) -> TensorDict:
+    """``batch`` as collected by a policy a little off the learner's (its mean moved by 0.01): the KL of the
+    adaptive schedule starts small, above zero."""
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        loc = PlainNetwork(learner.actor, "actor_rnn")(batch) + 0.01 * torch.randn(N, T, ACT, generator=generator)
+        scale = _noise_scale(learner.actor).clamp_min(1e-6).expand(N, T, ACT).clone()
+        action = loc + scale * torch.randn(N, T, ACT, generator=generator)
+        log_prob = torch.distributions.Normal(loc, scale).log_prob(action).sum(-1)
+    batch = batch.clone()
+    batch.update({"loc": loc, "scale": scale, "action": action, "action_log_prob": log_prob})
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("acting", "learning_rate", "rnn_type", "backend"),
+    # a stale acting policy: KLs above twice the desired one, the rate shrinks from its maximum; an acting policy
+    # near the learner's: KLs below half the desired one, the rate grows (the fused backend once: it is slow here)
+    [("stale", LR_MAX, *backend) for backend in BACKENDS] + [("near", 5e-3, *backend) for backend in BACKENDS[:2]],
+)
+def test_epochs_reuse_one_minibatch_split_with_the_adaptive_learning_rate_and_value_clipping(
+    rnn_type, backend, acting, learning_rate
+):
+    """Several epochs of two minibatches: one random split per update, which every epoch goes through again (a new
+    split per epoch gives other parameters); rsl_rl's adaptive rule on each minibatch's KL before its step; the value
+    loss clipped where the value moved past the clip range from the stored one."""
+    torch.manual_seed(0)
+    cfg = _cfg(rnn_type, **SEVERAL_STEPS, learning_rate=learning_rate)
+    cfg.policy.recurrent_backend = backend
+    learner = PPO(cfg, INTERFACE, "cpu")
+    batch = _batch(rnn_type) if acting == "stale" else _acted_near_the_learner(learner, _batch(rnn_type))
+    reference = _reference_update(learner, batch)
+    _check_margins(reference, learning_rate, cfg.algorithm.desired_kl)
+    assert reference.value_clipped > 0, "the value clipping must act, or this test cannot see it"
+    rates = [learning_rate, *reference.learning_rates]
+    changes = [math.copysign(1, b - a) for a, b in zip(rates, rates[1:], strict=False) if b != a]
+    assert changes and set(changes) == {-1.0 if acting == "stale" else 1.0}, rates
+    initial = [p.detach().clone() for p in _learner_parameters(learner)]
+
+    stats = _update(learner, batch)
+
+    _assert_update_equals(learner, initial, stats, reference)
+
+
+@pytest.mark.parametrize("rnn_type", [None, "lstm"])
+def test_normalizers_learn_the_batch_after_the_epochs_which_use_the_statistics_from_before_it(rnn_type):
+    """The batch was collected, and its values for GAE computed, with the running statistics from before it: every
+    minibatch's losses and gradients use those; after the update the normalisers hold them merged with the batch's
+    observations (rsl_rl updates them after its epochs too)."""
+    torch.manual_seed(0)
+    cfg = _cfg(rnn_type, **SEVERAL_STEPS, learning_rate=LR_MAX)
+    cfg.policy.actor_obs_normalization = cfg.policy.critic_obs_normalization = True
+    learner = PPO(cfg, INTERFACE, "cpu")
+    # earlier batches, far from this one: merging this one moves the statistics a lot
+    earlier = 1.5 + 0.5 * torch.randn(40, OBS, generator=torch.Generator().manual_seed(7))
+    assert len(learner.normalizers) == 2, "the actor's and the critic's"
+    for normalizer, _ in learner.normalizers:
+        normalizer.update(earlier)
+    batch = _batch(rnn_type)
+    reference = _reference_update(learner, batch)  # with frozen copies of the statistics from before the batch
+    _check_margins(reference, LR_MAX, cfg.algorithm.desired_kl)
+    initial = [p.detach().clone() for p in _learner_parameters(learner)]
+
+    stats = _update(learner, batch)
+
+    _assert_update_equals(learner, initial, stats, reference)
+    seen = torch.cat([earlier, batch["policy"].reshape(-1, OBS)])
+    for normalizer, _ in learner.normalizers:
+        assert int(normalizer.count) == len(seen)
+        torch.testing.assert_close(normalizer.mean, seen.mean(0), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(normalizer.var, seen.var(0, unbiased=False), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rnn_type", [None, "lstm"])
+def test_lag_corrected_update_clips_against_the_proximal_policy_and_weights_advantages_by_truncated_ratios(rnn_type):
+    """Decoupled PPO: the learner's policy at the start of the update (the proximal one) is the reference of the
+    ratio, the clip and the KL of every minibatch; the normalised advantages are multiplied by the importance weight
+    min(exp(proximal - acting log-probability), 1). The batch's acting policy (its log-probabilities, loc and scale)
+    is another one, so that both references differ and the weights are below 1 on some steps, truncated on others."""
+    torch.manual_seed(0)
+    # from the rate's maximum: the first minibatch's KL to the proximal policy (the same weights) is zero up to
+    # rounding, where the schedule's "0 < kl" may grow the rate or not
+    cfg = _cfg(rnn_type, **SEVERAL_STEPS, learning_rate=LR_MAX)
+    learner = PPO(cfg, INTERFACE, "cpu", lag_corrected=True)
+    batch = _batch(rnn_type)
+    reference = _reference_update(learner, batch, lag_corrected=True)
+    _check_margins(reference, LR_MAX, cfg.algorithm.desired_kl)
+    weight = reference.importance_weights
+    assert bool((weight < 0.9).any()) and bool((weight == 1.0).any()), weight
+    initial = [p.detach().clone() for p in _learner_parameters(learner)]
+
+    stats = _update(learner, batch)
+
+    _assert_update_equals(learner, initial, stats, reference)
+    assert stats["importance_weight"] == pytest.approx(float(weight.mean()), rel=1e-5)
+    assert stats["truncated_fraction"] == pytest.approx(float((weight == 1.0).float().mean()), rel=1e-5)
 
 
 @pytest.mark.parametrize("rnn_type", [None, "lstm"])
 def test_minibatches_are_steps_for_an_mlp_and_slices_for_a_recurrent_policy(rnn_type):
     """rsl_rl's two generators: an MLP's minibatches mix single steps of all slices; a recurrent policy's keep
     whole slices (its state runs along them); every epoch covers the batch once."""
-    cfg = _cfg(rnn_type)
-    cfg.algorithm.num_mini_batches = 2
-    learner = PPO(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, ACT), "cpu")
+    cfg = _cfg(rnn_type, epochs=1, minibatches=2, schedule="fixed")
+    learner = PPO(cfg, INTERFACE, "cpu")
     batch = TensorDict({"index": torch.arange(N * T).view(N, T)}, batch_size=(N, T))
     torch.manual_seed(0)
     minibatches = list(learner._minibatches(batch))
