@@ -123,12 +123,14 @@ def _isaaclab_options(script: str) -> set[str]:
     return options
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script", ["train", "play"])
 def test_every_isaaclab_argument_is_compared(script):
     """The table of non-default values holds every option of Isaac Lab's parser, and no other."""
     assert _isaaclab_options(script) == {*HELP, *map(_option, ARGUMENTS[script])}
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("script", "option"), [(script, option) for script in ("train", "play") for option in (*HELP, *ARGUMENTS[script])]
 )
@@ -157,6 +159,7 @@ def test_each_isaaclab_argument_parses_to_the_same_value(script, option):
     assert changed[True] == changed[False]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script", ["train", "play"])
 @pytest.mark.parametrize(("option", "value"), ACCEPTED_HERE_ONLY.items())
 def test_listed_values_that_isaaclab_refuses_are_accepted_here(script, option, value):
@@ -168,6 +171,7 @@ def test_listed_values_that_isaaclab_refuses_are_accepted_here(script, option, v
     assert ours[option.lstrip("-")] == value
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script", ["train", "play"])
 def test_isaaclab_defaults_are_kept_but_where_listed(script):
     """Every Isaac Lab argument left out has Isaac Lab's default here, but the listed ones (see OWN_DEFAULTS)."""

@@ -17,6 +17,8 @@ from isaaclab_torchrl.models import EnvInterface
 from isaaclab_torchrl.runners import PPO
 from isaaclab_torchrl.runners.ppo import MAX_IMPORTANCE_WEIGHT
 
+pytestmark = pytest.mark.fast
+
 N, T, OBS, ACT = 5, 7, 3, 2
 
 

@@ -25,6 +25,8 @@ from isaaclab_torchrl.agents import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunn
 from isaaclab_torchrl.models import EnvInterface, observation_normalizers
 from isaaclab_torchrl.runners import PPO
 
+pytestmark = pytest.mark.fast
+
 N, T, OBS, ACT, HIDDEN = 4, 6, 3, 2, 5
 CLIP, VALUE_COEF, ENTROPY_COEF, LR, GAMMA, LAM = 0.2, 0.7, 0.01, 3e-3, 0.9, 0.8
 # so small that Adam's epsilon (1e-8) sees the clipping: Adam's first step is otherwise blind to a gradient's scale

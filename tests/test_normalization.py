@@ -30,6 +30,7 @@ POLICY_CFG = TorchRLPolicyCfg(
 )
 
 
+@pytest.mark.fast
 def test_running_statistics_merge_batches_exactly():
     data = 5.0 + 3.0 * torch.randn(3000, 4, dtype=torch.float64).float()
     normalizer = ObservationNormalizer(4)
@@ -85,6 +86,7 @@ def test_workers_act_with_the_learners_statistics_after_a_weight_sync():
         collector.shutdown()
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("rnn_type", [None, "lstm"])
 def test_normalizers_are_saved_with_the_networks(rnn_type):
     cfg = POLICY_CFG.replace(rnn_type=rnn_type, rnn_hidden_size=8)
