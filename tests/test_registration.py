@@ -116,12 +116,68 @@ def _documented_unsupported_tasks() -> set[str]:
     return {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
 
 
+PORTED_FIELDS = {
+    # our field: the rsl_rl field it is ported from (rsl_rl 5's layout)
+    "seed": "seed",
+    "num_steps_per_env": "num_steps_per_env",
+    "max_iterations": "max_iterations",
+    "save_interval": "save_interval",
+    "run_name": "run_name",
+    "logger": "logger",
+    "wandb_project": "wandb_project",
+    "neptune_project": "neptune_project",
+    "clip_actions": "clip_actions",
+    "check_for_nan": "check_for_nan",
+    "init_at_random_ep_len": "init_at_random_ep_len",
+    "algorithm.num_learning_epochs": "algorithm.num_learning_epochs",
+    "algorithm.num_mini_batches": "algorithm.num_mini_batches",
+    "algorithm.clip_param": "algorithm.clip_param",
+    "algorithm.use_clipped_value_loss": "algorithm.use_clipped_value_loss",
+    "algorithm.entropy_coef": "algorithm.entropy_coef",
+    "algorithm.value_loss_coef": "algorithm.value_loss_coef",
+    "algorithm.learning_rate": "algorithm.learning_rate",
+    "algorithm.schedule": "algorithm.schedule",
+    "algorithm.desired_kl": "algorithm.desired_kl",
+    "algorithm.max_grad_norm": "algorithm.max_grad_norm",
+    "algorithm.gamma": "algorithm.gamma",
+    "algorithm.lam": "algorithm.lam",
+    "algorithm.use_mixed_precision": "algorithm.use_mixed_precision",
+    "policy.actor_hidden_dims": "actor.hidden_dims",
+    "policy.critic_hidden_dims": "critic.hidden_dims",
+    "policy.activation": "actor.activation",
+    "policy.init_noise_std": "actor.distribution_cfg.init_std",
+    "policy.noise_std_type": "actor.distribution_cfg.std_type",
+    "policy.std_range": "actor.distribution_cfg.std_range",
+    "policy.actor_obs_normalization": "actor.obs_normalization",
+    "policy.critic_obs_normalization": "critic.obs_normalization",
+}
+
+
+def _field(cfg, path: str):
+    for name in path.split("."):
+        cfg = getattr(cfg, name)
+    return list(cfg) if isinstance(cfg, list | tuple) else cfg
+
+
+def _rsl_rl_cfg(task: str, key: str):
+    """The task's rsl_rl config in rsl_rl 5's layout (as the port reads it)."""
+    import contextlib
+    import io
+
+    from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
+    from isaaclab_tasks.utils.hydra import resolve_presets
+
+    rsl = resolve_presets(load_cfg_from_registry(task, key))
+    with contextlib.redirect_stdout(io.StringIO()):
+        handle_deprecated_rsl_rl_cfg(rsl, "5.0.0")
+    return rsl
+
+
 def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_as_unsupported():
     """Walks the gym registry: `--agent torchrl` and `--agent torchrl_lstm` resolve to valid configs whose
-    hyperparameters are the rsl_rl ones, or the task is refused with a reason and listed in docs/tasks.md."""
+    hyperparameters are the rsl_rl ones (every ported field), or the task is refused with a reason and listed in
+    docs/tasks.md."""
     import argparse
-
-    from isaaclab_tasks.utils.hydra import resolve_presets
 
     from isaaclab_torchrl.agents.validation import validate_agent_cfg
     from isaaclab_torchrl.cli import UsageError, resolve_task
@@ -139,11 +195,12 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
             assert isinstance(cfg, TorchRLRunnerCfg)
             if agent == "torchrl_lstm":
                 assert cfg.policy.rnn_type in ("lstm", "gru"), task
-            rsl = resolve_presets(load_cfg_from_registry(task, "rsl_rl_cfg_entry_point"))
-            assert cfg.num_steps_per_env == rsl.num_steps_per_env, task
-            assert cfg.algorithm.learning_rate == rsl.algorithm.learning_rate, task
-            assert cfg.algorithm.num_mini_batches == rsl.algorithm.num_mini_batches, task
-            assert cfg.algorithm.entropy_coef == rsl.algorithm.entropy_coef, task
+            recurrent_key = "rsl_rl_recurrent_cfg_entry_point"
+            key = recurrent_key if agent == "torchrl_lstm" and recurrent_key in gym.spec(task).kwargs else None
+            rsl = _rsl_rl_cfg(task, key or "rsl_rl_cfg_entry_point")
+            for ours, theirs in PORTED_FIELDS.items():
+                assert _field(cfg, ours) == _field(rsl, theirs), (task, agent, ours, theirs)
+            assert cfg.algorithm.normalize_advantage is not rsl.algorithm.normalize_advantage_per_mini_batch, task
             supported.append(task)
         assert (task in unsupported) != (task in supported), task
     for reason in unsupported.values():
@@ -185,3 +242,20 @@ def test_configs_in_rsl_rl_5s_layout_skip_isaaclabs_migration_and_port_the_same(
                 handle_deprecated_rsl_rl_cfg(always_migrated, "5.0.0")
                 assert port(rsl) == port(always_migrated), (task, key)
     assert skipped > 60 and migrated > 0, (skipped, migrated)
+
+
+def test_an_rsl_rl_field_the_port_does_not_honour_is_refused_by_name():
+    import pytest
+
+    from isaaclab_torchrl.agents import UnsupportedAgentError
+    from isaaclab_torchrl.agents.rsl_rl_port import port_rsl_rl_cfg
+
+    rsl = load_cfg_from_registry("Isaac-Cartpole-Direct", "rsl_rl_cfg_entry_point")
+    port_rsl_rl_cfg(rsl)
+    rsl.torch_compile_mode = "max-autotune-no-cudagraphs"
+    with pytest.raises(UnsupportedAgentError, match=r"sets \w+\.torch_compile_mode="):
+        port_rsl_rl_cfg(rsl)
+    rsl = load_cfg_from_registry("Isaac-Cartpole-Direct", "rsl_rl_cfg_entry_point")
+    rsl.critic.activation = "tanh"
+    with pytest.raises(UnsupportedAgentError, match="critic's activation tanh differs"):
+        port_rsl_rl_cfg(rsl)

@@ -97,6 +97,23 @@ ACTIVATION_CLASSES = {
 """The modules behind the names of :data:`isaaclab_torchrl.agents.torchrl_cfg.ACTIVATIONS`."""
 
 
+MIN_STD = 1e-6
+"""The floor of the action noise's standard deviation, whatever ``std_range`` says (rsl_rl's)."""
+
+
+class BoundedNormalScale(AddStateIndependentNormalScale):
+    """tensordict's state-independent Gaussian scale, clamped to ``[scale_lb, scale_ub]`` (rsl_rl's ``std_range``)
+    instead of only from below; with ``make_param=False`` the scale is a buffer, fixed at its initial value."""
+
+    def __init__(self, *args, scale_ub: float = math.inf, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scale_ub = scale_ub
+
+    def forward(self, loc: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        loc, scale, *others = super().forward(loc, *others)
+        return loc, scale.clamp_max(self.scale_ub), *others
+
+
 @dataclass(frozen=True)
 class ActorParts:
     """The actor's deterministic path, as a deployed policy runs it: input normalizer (identity without
@@ -185,14 +202,15 @@ def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.de
         device=device,
     )
     actor_layers.append(TensorDictModule(actor_mlp, in_keys=[actor_in], out_keys=["loc"]))
-    if cfg.noise_std_type == "log":
-        noise = AddStateIndependentNormalScale(
-            interface.action_dim, scale_mapping="exp", init_value=math.log(cfg.init_noise_std), device=device
-        )
-    else:
-        noise = AddStateIndependentNormalScale(
-            interface.action_dim, scale_mapping="none", scale_lb=1e-6, init_value=cfg.init_noise_std, device=device
-        )
+    noise = BoundedNormalScale(
+        interface.action_dim,
+        scale_mapping="exp" if cfg.noise_std_type == "log" else "none",
+        scale_lb=max(float(cfg.std_range[0]), MIN_STD),
+        scale_ub=float(cfg.std_range[1]),
+        init_value=math.log(cfg.init_noise_std) if cfg.noise_std_type == "log" else cfg.init_noise_std,
+        make_param=cfg.learn_std,
+        device=device,
+    )
     actor_layers.append(TensorDictModule(noise, in_keys=["loc"], out_keys=["loc", "scale"]))
     parts = ActorParts(actor_normalizer or nn.Identity(), actor_rnn, actor_mlp)
     actor = GaussianActor(TensorDictSequential(*actor_layers), parts)
@@ -235,8 +253,9 @@ def observation_normalizers(module: nn.Module) -> list[ObservationNormalizer]:
 
 def noise_std(actor: nn.Module) -> torch.Tensor:
     """The standard deviation of the actor's Gaussian action noise, one value per action dimension."""
-    noise = next(m for m in actor.modules() if isinstance(m, AddStateIndependentNormalScale))
-    return mappings(noise.scale_mapping)(noise.state_independent_scale.detach()).clamp_min(noise.scale_lb)
+    noise = next(m for m in actor.modules() if isinstance(m, BoundedNormalScale))
+    scale = mappings(noise.scale_mapping)(noise.state_independent_scale.detach())
+    return scale.clamp(noise.scale_lb, noise.scale_ub)
 
 
 class CollectionPolicy(TensorDictSequential):

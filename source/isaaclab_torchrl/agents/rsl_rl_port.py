@@ -26,6 +26,72 @@ RECURRENT_VARIANT = {"rnn_type": "lstm", "rnn_hidden_size": 256, "rnn_num_layers
 """The recurrent layer added where rsl_rl has no recurrent config: that of rsl_rl's ANYmal-D recurrent agent."""
 SUPPORTED_MODELS = ("MLPModel", "RNNModel")
 SUPPORTED_DISTRIBUTIONS = ("GaussianDistribution", "HeteroscedasticGaussianDistribution")
+HANDLED_FIELDS = {
+    # every field of rsl_rl's configs that the port reads, checks, or that does not apply here (the command line,
+    # deprecated fields that Isaac Lab's migration moves, the trackers); any other field that a config sets away
+    # from its default is refused, never dropped
+    "runner": {
+        "seed",
+        "device",
+        "num_steps_per_env",
+        "init_at_random_ep_len",
+        "max_iterations",
+        "empirical_normalization",
+        "obs_groups",
+        "clip_actions",
+        "check_for_nan",
+        "save_interval",
+        "experiment_name",
+        "run_name",
+        "logger",
+        "neptune_project",
+        "wandb_project",
+        "resume",
+        "load_run",
+        "load_checkpoint",
+        "class_name",
+        "actor",
+        "critic",
+        "algorithm",
+        "policy",
+    },
+    "algorithm": {
+        "class_name",
+        "num_learning_epochs",
+        "num_mini_batches",
+        "learning_rate",
+        "schedule",
+        "gamma",
+        "lam",
+        "entropy_coef",
+        "desired_kl",
+        "max_grad_norm",
+        "optimizer",
+        "value_loss_coef",
+        "use_clipped_value_loss",
+        "clip_param",
+        "normalize_advantage_per_mini_batch",
+        "share_cnn_encoders",
+        "use_mixed_precision",
+        "rnd_cfg",
+        "symmetry_cfg",
+    },
+    "model": {
+        "class_name",
+        "hidden_dims",
+        "activation",
+        "obs_normalization",
+        "distribution_cfg",
+        "stochastic",
+        "init_noise_std",
+        "noise_std_type",
+        "state_dependent_std",
+        "rnn_type",
+        "rnn_hidden_dim",
+        "rnn_num_layers",
+    },
+    "distribution": {"class_name", "init_std", "std_type", "std_range", "learn_std"},
+}
 
 
 class UnsupportedAgentError(ValueError):
@@ -90,7 +156,17 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         raise UnsupportedAgentError(f"its rsl_rl agent uses the {algorithm.optimizer} optimizer (only adam here)")
     if algorithm.normalize_advantage_per_mini_batch:
         raise UnsupportedAgentError("its rsl_rl agent normalises advantages per minibatch (here: per batch)")
+    for section, cfg in (("runner", rsl_cfg), ("algorithm", algorithm), ("model", actor), ("model", critic)):
+        _refuse_unhandled_fields(cfg, HANDLED_FIELDS[section])
+    if critic.activation != actor.activation:
+        raise UnsupportedAgentError(f"its critic's activation {critic.activation} differs from its actor's")
+    if _rnn(critic) != _rnn(actor):
+        raise UnsupportedAgentError(f"its critic's recurrent layer {_rnn(critic)} differs from its actor's")
+    if critic.distribution_cfg is not None:
+        raise UnsupportedAgentError("its critic has an output distribution")
     distribution = actor.distribution_cfg
+    if distribution is not None:
+        _refuse_unhandled_fields(distribution, HANDLED_FIELDS["distribution"])
     if distribution is None or distribution.class_name not in SUPPORTED_DISTRIBUTIONS:
         name = None if distribution is None else distribution.class_name
         raise UnsupportedAgentError(f"its rsl_rl actor uses the action distribution {name}")
@@ -112,6 +188,8 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         activation=actor.activation,
         init_noise_std=distribution.init_std,
         noise_std_type=distribution.std_type,
+        std_range=tuple(distribution.std_range),
+        learn_std=getattr(distribution, "learn_std", True),
         actor_obs_normalization=actor.obs_normalization,
         critic_obs_normalization=critic.obs_normalization,
         **rnn,
@@ -153,6 +231,26 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         policy=policy,
         algorithm=ppo,
     )
+
+
+def _rnn(model) -> tuple | None:
+    rnn_type = getattr(model, "rnn_type", None)
+    return (rnn_type.lower(), model.rnn_hidden_dim, model.rnn_num_layers) if rnn_type else None
+
+
+def _refuse_unhandled_fields(cfg, handled: set[str]) -> None:
+    """Raises for a field of ``cfg`` that the port does not handle and that is set away from its default."""
+    import dataclasses
+
+    for field in dataclasses.fields(cfg):
+        if field.name in handled:
+            continue
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        if getattr(cfg, field.name) != default:
+            raise UnsupportedAgentError(
+                f"its rsl_rl config sets {type(cfg).__name__}.{field.name}={getattr(cfg, field.name)!r}, which the "
+                "torchrl runner does not port"
+            )
 
 
 def ported_agent(task: str, recurrent: bool = False, **policy_changes) -> TorchRLRunnerCfg:

@@ -43,6 +43,12 @@ class TorchRLPolicyCfg:
     """Name of a :mod:`torch.nn` activation, case-insensitive: one of :data:`ACTIVATIONS`."""
     init_noise_std: float = 1.0
     """Initial standard deviation of the state-independent Gaussian action noise."""
+    std_range: tuple[float, float] = (1e-6, 1e6)
+    """The range the noise's standard deviation is clamped to (rsl_rl's ``std_range``; its floor is at least
+    1e-6)."""
+    learn_std: bool = True
+    """Learn the noise's standard deviation; ``False`` keeps it at :attr:`init_noise_std` (rsl_rl's
+    ``learn_std``)."""
     noise_std_type: str = "scalar"
     """Parameter of the action noise: ``"scalar"`` (learns std, rsl_rl's default) or ``"log"`` (learns log(std))."""
     actor_obs_normalization: bool = False
@@ -66,7 +72,8 @@ class TorchRLPpoCfg:
     learning_rate: float = MISSING
     schedule: str = "adaptive"
     """``"adaptive"`` (rsl_rl's KL-driven learning rate) or ``"fixed"``."""
-    desired_kl: float = 0.01
+    desired_kl: float | None = 0.01
+    """The KL the adaptive schedule aims at; ``None``: the learning rate is not adapted (rsl_rl's rule)."""
     max_grad_norm: float = 1.0
     gamma: float = 0.99
     lam: float = 0.95

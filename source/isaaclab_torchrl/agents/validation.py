@@ -84,6 +84,9 @@ def validate_policy_cfg(policy: TorchRLPolicyCfg) -> None:
     _one_of("agent.policy.activation", str(policy.activation).lower(), ACTIVATIONS)
     if policy.init_noise_std <= 0:
         raise ConfigError(f"agent.policy.init_noise_std must be > 0, got {policy.init_noise_std}.")
+    low, high = (float(value) for value in policy.std_range)
+    if not 0 <= low < high:
+        raise ConfigError(f"agent.policy.std_range must be (min, max) with 0 <= min < max, got {policy.std_range}.")
 
 
 def check_tracker(logger: str) -> None:
@@ -195,6 +198,8 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         raise ConfigError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
     if agent_cfg.save_interval < 1:
         raise ConfigError(f"agent.save_interval must be >= 1, got {agent_cfg.save_interval}.")
+    if algo.desired_kl is not None and algo.desired_kl <= 0:
+        raise ConfigError(f"agent.algorithm.desired_kl must be > 0 or null, got {algo.desired_kl}.")
     if algo.learning_rate <= 0:
         raise ConfigError(f"agent.algorithm.learning_rate must be > 0, got {algo.learning_rate}.")
     if algo.num_learning_epochs < 1:

@@ -197,7 +197,7 @@ class PPO:
                         stats = TensorDict(dict(zip(stats.keys(), values.unbind(), strict=True)))
                 if check:
                     self._check_step(stats, epoch, num_steps)
-                if algo.schedule == "adaptive":
+                if algo.schedule == "adaptive" and algo.desired_kl is not None:
                     self._adapt_learning_rate(stats["kl"])
                 self.optimizer.step()
                 sums = stats if sums is None else sums + stats
