@@ -9,6 +9,7 @@ step of:
 
 * ``simulator``: Isaac Lab's own ``env.step`` with Gaussian actions of std 1 (an untrained policy's), no wrapper;
 * ``wrapper``: the same through this project's torchrl env (observation groups, final observations, episode logs);
+  both timed in alternating blocks from the same simulation state, after a warm-up of each;
 * ``inference``: the collection policy alone on one step's observations (a CUDA graph when the config says so);
 * ``collector``: torchrl's single-process collector with the runner's settings (``compact_obs``, ``no_cuda_sync``
   on a GPU, the storing device, graphed inference), one rollout of ``num_steps_per_env`` steps at a time: the
@@ -19,6 +20,7 @@ step of:
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 
@@ -32,6 +34,9 @@ from isaaclab_torchrl import training
 from isaaclab_torchrl.cli import make_train_parser, parse_args
 from isaaclab_torchrl.interfaces import read_env_interface
 from isaaclab_torchrl.models import CollectionPolicyFactory
+
+ALTERNATIONS = 5
+"""Blocks of raw and of wrapped steps, alternating."""
 
 
 def per_step_ms(step, steps: int, synchronize, warmup: int = 20) -> float:
@@ -63,15 +68,22 @@ def main(argv: list[str]) -> int:
 
     gym_env = env.base_env.env  # Isaac Lab's env under the torchrl wrapper
     actions = torch.randn(gym_env.action_space.shape, device=device)
-    results["simulator"] = per_step_ms(lambda: gym_env.step(torch.randn_like(actions)), args.steps, synchronize)
-
     state = {"td": env.reset()}
 
     def wrapper_step():
         state["td"]["action"] = torch.randn(env.action_spec.shape, device=device)
         _, state["td"] = env.step_and_maybe_reset(state["td"])
 
-    results["wrapper"] = per_step_ms(wrapper_step, args.steps, synchronize)
+    # the raw and the wrapped step from the same simulation state: blocks of each, alternating, after a warm-up of
+    # both (the first steps after a reset cost more than the later ones), the median block of each
+    parts = {"simulator": lambda: gym_env.step(torch.randn_like(actions)), "wrapper": wrapper_step}
+    blocks = {name: [] for name in parts}
+    for step in parts.values():
+        per_step_ms(step, 1, synchronize, warmup=args.steps // 4)
+    for _ in range(ALTERNATIONS):
+        for name, step in parts.items():
+            blocks[name].append(per_step_ms(step, max(1, args.steps // ALTERNATIONS), synchronize, warmup=0))
+    results.update({name: statistics.median(times) for name, times in blocks.items()})
 
     with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
         observation = env.reset()
