@@ -38,6 +38,8 @@ class TrainingRun:
     agent_cfg: object
     checkpoint: str | None = None
     """The checkpoint the run continues from (``--resume`` / ``--checkpoint``), or ``None``."""
+    checkpoint_interface: EnvInterface | None = None
+    """The sizes the checkpoint was trained on, where it stores them."""
     log_dir: str | None = None
     """The run folder; ``None`` on the ranks other than 0 under torchrun."""
     new_folder: bool = False
@@ -77,9 +79,10 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
     if args.resume or args.checkpoint:
         run.checkpoint = checkpoint_path(experiment_root(agent_cfg.experiment_name), args.checkpoint, args.load_run)
         try:
-            load_checkpoint(run.checkpoint)
+            stored = load_checkpoint(run.checkpoint).get("interface")
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
+        run.checkpoint_interface = None if stored is None else EnvInterface.from_dict(stored)
     if args.distributed:
         # the group waits as long as the slowest rank's first batch may take
         timeout = agent_cfg.collector.first_batch_timeout_s + 60.0
@@ -125,8 +128,8 @@ def make_workers(run: TrainingRun) -> list[IsaacLabEnvFactory]:
 def start(run: TrainingRun) -> TorchRLRunner:
     """The runner of a prepared run: workers' factories, network sizes, networks, and the checkpoint loaded.
 
-    Sizes remembered from an earlier run are checked against the checkpoint before it is loaded: when they do not
-    fit it, the probe reads the task's sizes again, and a stale entry is named and replaced.
+    Sizes remembered from an earlier run are checked against the checkpoint's before it is loaded: when they
+    differ, the probe reads the task's sizes again, and a stale entry is named and replaced.
 
     Raises:
         UsageError: the checkpoint does not fit this task and agent.
@@ -135,24 +138,17 @@ def start(run: TrainingRun) -> TorchRLRunner:
     interface, cached = read_env_interface(factories)
     source = "remembered from an earlier run" if cached else "read by a probe process"
     print(f"[torchrl] environment: {interface} ({source})", flush=True)
+    if run.checkpoint and cached and run.checkpoint_interface != interface:
+        probed = read_env_interface(factories, probe=True)[0]
+        if probed != interface:
+            print(f"[torchrl] Stale sizes remembered for this task ({interface}): replaced by the probe's")
+            interface = probed
     runner = TorchRLRunner(factories, interface, run.agent_cfg, run.log_dir, distributed=run.distributed)
     if run.checkpoint:
         try:
             runner.load(run.checkpoint, optimizer=run.args.resume_optimizer_state)
         except ValueError as exc:
-            # sizes remembered from an earlier run may be stale (unless the checkpoint was trained on them): the
-            # probe reads the task's own
-            stored = load_checkpoint(run.checkpoint).get("interface")
-            stale = cached and (stored is None or EnvInterface.from_dict(stored) != interface)
-            probed = read_env_interface(factories, probe=True)[0] if stale else interface
-            if probed == interface:
-                raise UsageError(str(exc)) from None
-            print(f"[torchrl] Stale sizes remembered for this task ({interface}): replaced by the probe's", flush=True)
-            runner = TorchRLRunner(factories, probed, run.agent_cfg, run.log_dir, distributed=run.distributed)
-            try:
-                runner.load(run.checkpoint, optimizer=run.args.resume_optimizer_state)
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         learning_rate = float(runner.learner.optimizer.param_groups[0]["lr"])
         print(
             f"[torchrl] Resuming from {run.checkpoint} (iteration {runner.iteration}, "
