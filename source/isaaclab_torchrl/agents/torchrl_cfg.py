@@ -43,9 +43,9 @@ class TorchRLPolicyCfg:
     """Name of a :mod:`torch.nn` activation, case-insensitive: one of :data:`ACTIVATIONS`."""
     init_noise_std: float = 1.0
     """Initial standard deviation of the state-independent Gaussian action noise."""
-    std_range: tuple[float, float] = (1e-6, 1e6)
-    """The range the noise's standard deviation is clamped to (rsl_rl's ``std_range``; its floor is at least
-    1e-6)."""
+    std_range: list[float] = [1e-6, 1e6]
+    """The ``[min, max]`` range the noise's standard deviation is clamped to (rsl_rl's ``std_range``; its floor is at
+    least 1e-6). A list, so that the run folder's ``params/agent.yaml`` reads back with ``yaml.safe_load``."""
     learn_std: bool = True
     """Learn the noise's standard deviation; ``False`` keeps it at :attr:`init_noise_std` (rsl_rl's
     ``learn_std``)."""
