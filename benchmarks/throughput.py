@@ -8,7 +8,8 @@ Every run is its own process in its own working folder (the trainers write their
 ``--repeat`` the runs alternate (A B C A B C), so that slow drifts of the machine hit all of them alike.
 Training throughput is the steady state: steps per second between the TensorBoard events of iteration
 ``--warmup`` and of the last iteration, so start-up (simulation launch, worker spawn, first compilation) is
-not counted; collection and learning time are the mean of the per-iteration values after the warm-up.
+not counted; collection and learning time are the mean of the per-iteration values after the warm-up. On an
+NVIDIA GPU the peak GPU memory of the run (all its processes, and each) is sampled from ``nvidia-smi``.
 Zero-action runs step the environment with zero actions, with Isaac Lab's own ``env.step`` ("raw") and
 through this project's torchrl wrapper ("wrapper"), and time ``--zero_action_steps`` steps after 20 warm-up
 steps. On a GPU machine, unpack ``../shared/gpu-bundle`` first; here, run it with the venv's python.
@@ -74,6 +75,8 @@ START_MARKS = {
     "workers_ready_s": "[torchrl] collector workers:",  # the workers' simulations are built (ours)
     "first_env_ready_s": "[INFO]: Completed setting up the environment",  # the first simulation built (both)
 }
+MEMORY_QUERY = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+MEMORY_PERIOD_S = 0.5
 LEARNING_TIME_TAG = "Perf/learning_time"
 COLLECTION_TIME_TAGS = ("Perf/collection time", "Perf/collection_time")
 
@@ -220,6 +223,38 @@ def run_summary(run_dir: str, warmup: int, started: float) -> dict:
     return summary
 
 
+class MemorySampler(threading.Thread):
+    """Samples the GPU memory of every process on the GPUs (``nvidia-smi``) until stopped; keeps the peak of the
+    sum and of each process. The runs go one after the other, so what is on the GPU is the running one's."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stopped = threading.Event()
+        self.peak_total_mib, self.peak_by_pid = 0, {}
+
+    def run(self) -> None:
+        while not self.stopped.wait(MEMORY_PERIOD_S):
+            try:
+                lines = subprocess.run(MEMORY_QUERY, capture_output=True, text=True, timeout=5).stdout.splitlines()
+            except (OSError, subprocess.SubprocessError):
+                return  # no NVIDIA GPU here
+            sample = {}
+            for line in lines:
+                pid, _, used = line.partition(",")
+                if used.strip().isdigit():
+                    sample[pid.strip()] = int(used)
+            self.peak_total_mib = max(self.peak_total_mib, sum(sample.values()))
+            for pid, used in sample.items():
+                self.peak_by_pid[pid] = max(self.peak_by_pid.get(pid, 0), used)
+
+    def result(self) -> dict:
+        self.stopped.set()
+        self.join()
+        if not self.peak_by_pid:
+            return {}
+        return {"peak_gpu_mib": self.peak_total_mib, "peak_process_mib": sorted(self.peak_by_pid.values())[::-1]}
+
+
 def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
     workdir = tempfile.mkdtemp(prefix=f"{name}_", dir=out_dir)
     if name in ZERO_ACTION_RUNS:
@@ -230,6 +265,8 @@ def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
         cmd = training_command(name, args)
     start, started = time.perf_counter(), time.time()
     marks = {}
+    memory = MemorySampler()
+    memory.start()
     with open(os.path.join(workdir, "output.log"), "w") as log:
         # a session of its own: on a time-out the run's worker processes are killed with it, and the output pipe,
         # which they hold open too, ends
@@ -255,6 +292,7 @@ def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
             returncode = "timeout"
     result = {"run": name, "wall_s": time.perf_counter() - start, "returncode": returncode, "workdir": workdir}
     result.update(marks)
+    result.update(memory.result())
     if returncode != 0:
         return result
     try:
@@ -281,7 +319,7 @@ def print_table(results: list[dict]) -> None:
     references = {"mlp": median("rsl_rl", "steps_per_s")}
     references["lstm"] = median("rsl_rl_recurrent", "steps_per_s") or references["mlp"]
     columns = ["run", "steps/s", "vs rsl_rl", "vs zero-action", "collect s/it", "learn s/it", "mean return"]
-    columns += ["after steps", "lag", "first it s", "ok"]
+    columns += ["after steps", "lag", "first it s", "GPU MiB", "ok"]
     print("| " + " | ".join(columns) + " |")
     print("|---" * len(columns) + "|")
     for name in names:
@@ -297,6 +335,7 @@ def print_table(results: list[dict]) -> None:
             ("env_steps", "{:,.0f}"),
             ("policy_lag", "{:.1f}"),
             ("first_iteration_s", "{:.0f}"),
+            ("peak_gpu_mib", "{:,.0f}"),
         ):
             value = median(name, key)
             cells.append(fmt.format(value) if value is not None else "")
