@@ -10,7 +10,7 @@ import os
 import time
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import CudaGraphModule
 from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import ClipPPOLoss
@@ -21,6 +21,9 @@ from ..models import EnvInterface, make_collection_policy, make_models, noise_st
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
 from .gae import CollectedBatchGAE
 from .safety import NonFiniteError
+
+STEP_STATISTICS = ("surrogate", "value", "entropy", "kl", "grad_norm")
+"""What each gradient step reports, in this order; the update returns their means."""
 
 MAX_IMPORTANCE_WEIGHT = 1.0
 """Truncation of the importance weight between the proximal and the acting policy (lag-corrected PPO)."""
@@ -121,6 +124,9 @@ class PPO:
             loss_critic_type="l2",
             clip_value=algo.clip_param if algo.use_clipped_value_loss else None,
             normalize_advantage=False,
+            log_explained_variance=False,  # not logged
+            # the networks themselves, not functional copies of their parameters swapped in at every call
+            functional=False,
             # a CUDA graph cannot replay the loss's host-side branches on its coefficients (`if clip_value:`)
             # when they live on the GPU
             device="cpu" if cfg.cudagraphs else None,
@@ -137,7 +143,7 @@ class PPO:
         # clipped separately, like rsl_rl: a large value-loss gradient does not shrink the policy's step
         self.clipped_groups = [list(self.actor.parameters()), list(self.critic.parameters())]
         self.recurrent = cfg.policy.rnn_type is not None
-        self.optimizer = torch.optim.Adam(self.parameters, lr=self.lr, capturable=on_cuda, fused=on_cuda)
+        self.optimizer = torch.optim.Adam(self.parameters, lr=self.lr, capturable=on_cuda, fused=True)
         self._loss_and_gradients = torch.compile(self.loss_and_gradients) if cfg.compile else self.loss_and_gradients
         if cfg.cudagraphs:
             # the gradients of the replays land in the .grad tensors of the capture, which the optimizer reads
@@ -154,7 +160,7 @@ class PPO:
         Raises:
             NonFiniteError: NaN/Inf in the batch, the advantages, a loss or a gradient (with ``check_for_nan``).
         """
-        with tf32_products(self.cfg.tf32):
+        with tf32_products(bool(self.cfg.tf32)):
             return self._update(batch)
 
     def _update(self, batch: TensorDictBase) -> dict[str, float]:
@@ -184,28 +190,26 @@ class PPO:
         # only what the loss reads: indexing a minibatch then copies a few tensors instead of the whole batch
         batch = batch.select(*self.loss_keys)
 
-        sums, num_steps = None, 0  # statistics summed on the device, read once per update
+        sums, num_steps = None, 0  # statistics (STEP_STATISTICS) summed on the device, read once per update
         minibatches = self._minibatches(batch)
         for epoch in range(algo.num_learning_epochs):
             for minibatch in minibatches:
-                stats = self._loss_and_gradients(minibatch)
-                stats["grad_norm"] = self._average_and_clip_gradients()
+                stats = torch.cat([self._loss_and_gradients(minibatch), self._average_and_clip_gradients()[None]])
                 if self.distributed is not None:
                     # one all-reduce: the same KL (so the same learning rate) and NaN verdict on every rank
                     with self._communication():
-                        values = average(torch.stack(list(stats.values())))
-                        stats = TensorDict(dict(zip(stats.keys(), values.unbind(), strict=True)))
+                        stats = average(stats)
                 if check:
                     self._check_step(stats, epoch, num_steps)
                 if algo.schedule == "adaptive" and algo.desired_kl is not None:
-                    self._adapt_learning_rate(stats["kl"])
+                    self._adapt_learning_rate(stats[STEP_STATISTICS.index("kl")])
                 self.optimizer.step()
                 sums = stats if sums is None else sums + stats
                 num_steps += 1
         # after the epochs, like rsl_rl: the batch was collected, and the proximal log-probabilities computed, with
         # the statistics from before it; a batch that stopped the update leaves them as they were
         self._update_normalizers(normalizer_samples)
-        stats = {key: float(value) / num_steps for key, value in sums.items()}
+        stats = dict(zip(STEP_STATISTICS, (sums / num_steps).tolist(), strict=True))
         return {**stats, **{key: float(value) for key, value in lag_stats.items()}}
 
     def proximal_log_probs_and_weights(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,8 +239,9 @@ class PPO:
         permutation = torch.randperm(batch.shape[0], device=batch.device)[: count * per_minibatch]
         return [batch[indices] for indices in permutation.view(count, per_minibatch)]
 
-    def loss_and_gradients(self, minibatch: TensorDictBase) -> TensorDictBase:
-        """PPO's losses on one minibatch and their gradients (in ``.grad``); returns the detached statistics.
+    def loss_and_gradients(self, minibatch: TensorDictBase) -> torch.Tensor:
+        """PPO's losses on one minibatch and their gradients (in ``.grad``); returns the detached statistics, the
+        first four of :data:`STEP_STATISTICS` in one tensor.
 
         This is the part that ``cfg.compile`` compiles and ``cfg.cudagraphs`` replays as a CUDA graph.
         """
@@ -246,14 +251,9 @@ class PPO:
             loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        return TensorDict(
-            {
-                "surrogate": losses["loss_objective"].detach().float(),
-                "value": losses["loss_critic"].detach().float(),
-                "entropy": losses["entropy"].detach().float(),
-                "kl": losses["kl_approx"].detach().float(),  # rsl_rl's analytic KL (see ClipPPOLossWithKL)
-            }
-        )
+        # "kl" is rsl_rl's analytic KL (see ClipPPOLossWithKL)
+        keys = ("loss_objective", "loss_critic", "entropy", "kl_approx")
+        return torch.stack([losses[key].detach().float() for key in keys])
 
     def _average_and_clip_gradients(self) -> torch.Tensor:
         """Averages the gradients over the ranks (with several), clips the actor's and the critic's gradient norms
@@ -265,11 +265,11 @@ class PPO:
         norms = [torch.nn.utils.clip_grad_norm_(group, max_norm) for group in self.clipped_groups]
         return torch.linalg.vector_norm(torch.stack(norms))
 
-    def _check_step(self, stats: TensorDictBase, epoch: int, done_steps: int) -> None:
+    def _check_step(self, stats: torch.Tensor, epoch: int, done_steps: int) -> None:
         """Stops before the optimizer step when a loss or the gradient is not finite (one host sync)."""
-        values = torch.stack(list(stats.values()))
-        if not bool(torch.isfinite(values).all()):
-            bad = [key for key, value in stats.items() if not bool(torch.isfinite(value))]
+        finite = torch.isfinite(stats)
+        if not bool(finite.all()):
+            bad = [key for key, ok in zip(STEP_STATISTICS, finite.tolist(), strict=True) if not ok]
             raise NonFiniteError(
                 f"Non-finite {bad} in minibatch {done_steps + 1} (epoch {epoch + 1}) of the update; that gradient "
                 "step was not applied.",
