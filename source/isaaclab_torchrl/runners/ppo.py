@@ -10,7 +10,7 @@ import os
 import time
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import CudaGraphModule
 from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import ClipPPOLoss
@@ -194,7 +194,8 @@ class PPO:
         minibatches = self._minibatches(batch)
         for epoch in range(algo.num_learning_epochs):
             for minibatch in minibatches:
-                stats = torch.cat([self._loss_and_gradients(minibatch), self._average_and_clip_gradients()[None]])
+                losses = self._loss_and_gradients(minibatch)["statistics"]
+                stats = torch.cat([losses, self._average_and_clip_gradients()[None]])
                 if self.distributed is not None:
                     # one all-reduce: the same KL (so the same learning rate) and NaN verdict on every rank
                     with self._communication():
@@ -239,9 +240,10 @@ class PPO:
         permutation = torch.randperm(batch.shape[0], device=batch.device)[: count * per_minibatch]
         return [batch[indices] for indices in permutation.view(count, per_minibatch)]
 
-    def loss_and_gradients(self, minibatch: TensorDictBase) -> torch.Tensor:
+    def loss_and_gradients(self, minibatch: TensorDictBase) -> TensorDictBase:
         """PPO's losses on one minibatch and their gradients (in ``.grad``); returns the detached statistics, the
-        first four of :data:`STEP_STATISTICS` in one tensor.
+        first four of :data:`STEP_STATISTICS` in one tensor under ``"statistics"`` (a CUDA graph of tensordict's
+        returns a tensordict).
 
         This is the part that ``cfg.compile`` compiles and ``cfg.cudagraphs`` replays as a CUDA graph.
         """
@@ -253,7 +255,7 @@ class PPO:
         loss.backward()
         # "kl" is rsl_rl's analytic KL (see ClipPPOLossWithKL)
         keys = ("loss_objective", "loss_critic", "entropy", "kl_approx")
-        return torch.stack([losses[key].detach().float() for key in keys])
+        return TensorDict(statistics=torch.stack([losses[key].detach().float() for key in keys]))
 
     def _average_and_clip_gradients(self) -> torch.Tensor:
         """Averages the gradients over the ranks (with several), clips the actor's and the critic's gradient norms
