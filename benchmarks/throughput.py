@@ -46,7 +46,6 @@ for network in ("mlp", "lstm"):
     TRAINING_RUNS[f"torchrl_{network}_default"] = agent
     # the learner's precision options (agent.tf32, rsl_rl's use_mixed_precision)
     TRAINING_RUNS[f"torchrl_{network}_default_tf32"] = [*agent, "agent.tf32=true"]
-    TRAINING_RUNS[f"torchrl_{network}_default_fp32"] = [*agent, "agent.tf32=false"]
     TRAINING_RUNS[f"torchrl_{network}_default_bf16"] = [*agent, "agent.algorithm.use_mixed_precision=true"]
     for mode in ("sync", "async"):
         base = [*agent, "agent.collector.sync=" + ("true" if mode == "sync" else "false")]

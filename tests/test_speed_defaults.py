@@ -30,16 +30,13 @@ def test_defaults_are_the_fast_settings_on_a_gpu(recurrent):
     assert line.startswith("update: compiled + CUDA graph")
     assert "inference: CUDA graph; collection: async, 1 worker; batches stored on cuda:0" in line
     assert ("(lstm, recurrent backend fused)" in line) == recurrent
-    # TF32 products for a recurrent policy (what rsl_rl's cuDNN LSTM computes); an MLP's stay float32, like rsl_rl's
-    assert cfg.tf32 is recurrent
-    assert ("TF32 products" in line) == recurrent
 
 
 def test_defaults_are_the_plain_settings_on_the_cpu():
     cfg = _resolved(True, device="cpu")
     assert cfg.compile is False and cfg.cudagraphs is False
     assert cfg.collector.cudagraph_policy is False and cfg.collector.sync is True
-    assert cfg.policy.recurrent_backend == "pad" and cfg.tf32 is False
+    assert cfg.policy.recurrent_backend == "pad"
     assert speed_summary(cfg) == (
         "update: eager (lstm, recurrent backend pad); inference: eager; collection: sync, 1 worker; "
         "batches stored on cpu"
@@ -47,8 +44,8 @@ def test_defaults_are_the_plain_settings_on_the_cpu():
 
 
 def test_a_cpu_learner_next_to_a_gpu_simulation_gets_an_eager_update():
-    cfg = _resolved(True, device="cuda:0", train_device="cpu")
-    assert cfg.compile is False and cfg.cudagraphs is False and cfg.tf32 is False
+    cfg = _resolved(device="cuda:0", train_device="cpu")
+    assert cfg.compile is False and cfg.cudagraphs is False
     assert cfg.collector.cudagraph_policy is True and cfg.collector.sync is False
 
 
@@ -66,8 +63,6 @@ def test_speed_off_and_the_users_own_values_are_kept():
     assert cfg.collector.sync is True and cfg.collector.cudagraph_policy is True
     cfg = _resolved(True, device="cuda:0", compile=False)
     assert cfg.cudagraphs is False and cfg.policy.recurrent_backend == "pad"
-    assert _resolved(True, device="cuda:0", tf32=False).tf32 is False
-    assert _resolved(True, device="cuda:0", speed="off").tf32 is False
     cfg = _resolved(True, device="cuda:0", speed="off", policy__recurrent_backend="fused")
     assert cfg.cudagraphs is False and cfg.policy.recurrent_backend == "fused"
     # resolving twice changes nothing

@@ -137,11 +137,9 @@ class TorchRLRunnerCfg:
     first two minibatches run eagerly and the third is captured, within the training loop. Needs a CUDA learner,
     :attr:`compile`, and an MLP policy or a ``policy.recurrent_backend`` other than ``pad`` (which splits
     trajectories with data-dependent shapes, which a graph cannot replay). ``None``: see :attr:`speed`."""
-    tf32: bool | None = None
+    tf32: bool = False
     """Let the learner's float32 matrix products (the update and GAE, on a CUDA learner) use TF32, as cuDNN's LSTM,
-    which rsl_rl's recurrent policies run, does by default; the workers' inference is unaffected. ``None``: on with
-    ``speed="auto"`` for a recurrent policy on a CUDA learner (what rsl_rl's cuDNN LSTM computes), else off (rsl_rl's
-    MLPs compute in float32); the measurement is in ``docs/benchmarks.md``."""
+    which rsl_rl's recurrent policies run, does by default; the workers' inference is unaffected."""
     num_steps_per_env: int = MISSING
     max_iterations: int = MISSING
     save_interval: int = 50

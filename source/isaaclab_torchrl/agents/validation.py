@@ -121,9 +121,9 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
     """Gives the speed settings left at ``None`` their values for the config's devices (``agent.speed``), in place.
 
     With ``speed="auto"``: on a CUDA learner the update is compiled and replayed as a CUDA graph (recurrent layers
-    with the ``fused`` backend, which a graph can replay; elsewhere ``pad``; a recurrent policy's products in TF32);
-    on a CUDA simulation device the workers' inference is graphed and collection is asynchronous (lag-corrected
-    PPO). On the CPU, and with ``speed="off"``, everything stays plain and synchronous. Values set by the user are kept.
+    with the ``fused`` backend, which a graph can replay; elsewhere ``pad``); on a CUDA
+    simulation device the workers' inference is graphed and collection is asynchronous (lag-corrected PPO). On the
+    CPU, and with ``speed="off"``, everything stays plain and synchronous. Values set by the user are kept.
     """
     _one_of("agent.speed", agent_cfg.speed, SPEEDS)
     fast = agent_cfg.speed == "auto"
@@ -136,9 +136,6 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
         agent_cfg.cudagraphs = fast and cuda_learner and agent_cfg.compile
     if collector.cudagraph_policy is None:
         collector.cudagraph_policy = fast and cuda_simulation
-    if agent_cfg.tf32 is None:
-        # rsl_rl's recurrent policies run cuDNN's LSTM, TF32 by default; its MLPs compute in float32
-        agent_cfg.tf32 = fast and cuda_learner and agent_cfg.policy.rnn_type is not None
     if agent_cfg.policy.recurrent_backend == "auto":
         # fixed shapes for the graph; eagerly, pad's cuDNN over split trajectories is faster (docs/benchmarks.md)
         agent_cfg.policy.recurrent_backend = "fused" if agent_cfg.cudagraphs else "pad"

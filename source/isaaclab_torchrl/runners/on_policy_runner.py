@@ -49,7 +49,7 @@ class TorchRLRunner:
         log_dir: str | None,
         distributed: DistributedContext | None = None,
     ):
-        if None in (cfg.compile, cfg.cudagraphs, cfg.tf32, cfg.collector.sync, cfg.collector.cudagraph_policy):
+        if None in (cfg.compile, cfg.cudagraphs, cfg.collector.sync, cfg.collector.cudagraph_policy):
             raise ValueError("TorchRLRunner trains a resolved config: pass it through validate_agent_cfg first.")
         self.cfg = cfg
         self.env_factories = env_factories
