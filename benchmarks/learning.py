@@ -10,7 +10,9 @@ drifts of the machine hit all trainers alike. The run names are ``benchmarks/thr
 mean episode return and length per iteration, against env steps and against wall time since the first iteration,
 and writes ``<out>.json`` (every curve and a summary per trainer) and ``<out>.png`` (mean and min-max band per
 trainer). The summary gives, over seeds, the final return (mean, standard deviation, min, max), the area under the
-curve (the mean return over the whole budget) and the env steps to reach 90% of the final return.
+curve (the mean return over the whole budget), the env steps to reach 90% of the final return, and the wall time
+from the process start to a good policy: the median over seeds of the seconds until the mean return first reaches
+the first trainer's median final return, and 90% of the way there from its median first return.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import statistics
 import subprocess
 import tempfile
+import time
 
 from throughput import TRAINING_RUNS, run_environment, training_command
 
@@ -66,9 +69,10 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def read_curves(run_dir: str) -> dict:
-    """Env steps, seconds since the first iteration, mean return and episode length per logged iteration (none for
-    a run stopped before its first iteration was logged)."""
+def read_curves(run_dir: str, started: float) -> dict:
+    """Env steps, seconds since the first iteration, mean return and episode length per logged iteration, and the
+    seconds from the process start (``started``, epoch seconds) to the first iteration (none for a run stopped
+    before its first iteration was logged)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
@@ -87,6 +91,7 @@ def read_curves(run_dir: str) -> dict:
         # step n + 1: the event's step is not the x-axis)
         "env_steps": [(index + 1) * steps_per_iteration for index in range(len(events["return"]))],
         "wall_s": [event.wall_time - start for event in events["return"]],
+        "start_s": start - started,
         **{name: [event.value for event in series] for name, series in events.items()},
     }
 
@@ -95,6 +100,7 @@ def run_once(name: str, seed: int, args: argparse.Namespace, out_dir: str) -> di
     """One training run; a run past ``--timeout`` is stopped and keeps the iterations it logged."""
     workdir = tempfile.mkdtemp(prefix=f"{name}_seed{seed}_", dir=out_dir)
     cmd = [*training_command(name, args), "--seed", str(seed)]
+    started = time.time()
     with open(os.path.join(workdir, "output.log"), "w") as log:
         try:
             returncode = subprocess.run(
@@ -105,15 +111,37 @@ def run_once(name: str, seed: int, args: argparse.Namespace, out_dir: str) -> di
     result = {"run": name, "seed": seed, "returncode": returncode, "workdir": workdir}
     events = [root for root, _, files in os.walk(workdir) if any("tfevents" in f for f in files)]
     if returncode in (0, "timeout") and events:
-        result.update(read_curves(events[0]))
+        result.update(read_curves(events[0], started))
     return result
 
 
+def wall_time_to(curve: dict, threshold: float) -> float | None:
+    """Seconds from the process start to the first logged iteration whose mean return reaches ``threshold``."""
+    if "start_s" not in curve:  # a run recorded before the process start was
+        return None
+    index = next((i for i, value in enumerate(curve["return"]) if value >= threshold), None)
+    return None if index is None else curve["start_s"] + curve["wall_s"][index]
+
+
 def summarize(runs: list[dict]) -> dict:
-    """Per trainer over its seeds: final return, area under the curve, env steps to 90% of the final return."""
+    """Per trainer over its seeds: final return, area under the curve, env steps to 90% of the final return, and the
+    wall time from the process start to the reference's (the first trainer's) median final return and to 90% of
+    the way from its median first return there (medians over seeds; a seed that never gets there counts as
+    slowest)."""
     summary = {}
-    for name in dict.fromkeys(run["run"] for run in runs):
-        curves = [run for run in runs if run["run"] == name and "return" in run and run["returncode"] == 0]
+    names = list(dict.fromkeys(run["run"] for run in runs))
+    finished = {
+        name: [run for run in runs if run["run"] == name and "return" in run and run["returncode"] == 0]
+        for name in names
+    }
+    reference = next((finished[name] for name in names if finished[name]), [])
+    thresholds = {}
+    if reference:
+        first = statistics.median(curve["return"][0] for curve in reference)
+        final = statistics.median(curve["return"][-1] for curve in reference)
+        thresholds = {"reference_final": final, "reference_90pct": first + 0.9 * (final - first)}
+    for name in names:
+        curves = finished[name]
         if not curves:
             continue
         finals = [curve["return"][-1] for curve in curves]
@@ -137,6 +165,12 @@ def summarize(runs: list[dict]) -> dict:
             "auc_std": statistics.stdev(areas) if len(areas) > 1 else 0.0,
             "steps_to_90pct_mean": statistics.fmean(to_90) if to_90 else None,
         }
+        for key, threshold in thresholds.items():
+            times = [wall_time_to(curve, threshold) for curve in curves]
+            median = statistics.median(math.inf if t is None else t for t in times)
+            summary[name][f"wall_s_to_{key}"] = median if math.isfinite(median) else None
+            summary[name][f"reached_{key}"] = sum(t is not None for t in times)
+            summary[name][f"threshold_{key}"] = threshold
     return summary
 
 
@@ -239,7 +273,11 @@ def main() -> None:
         print(
             f"{name}: final {row['final_mean']:.2f} ± {row['final_std']:.2f} (min {row['final_min']:.2f}, "
             f"max {row['final_max']:.2f}), area {row['auc_mean']:.2f} ± {row['auc_std']:.2f}, "
-            f"90% at {row['steps_to_90pct_mean'] or float('nan'):,.0f} env steps ({row['seeds']} seeds)",
+            f"90% at {row['steps_to_90pct_mean'] or float('nan'):,.0f} env steps ({row['seeds']} seeds); from the "
+            f"process start to the reference's final return {row['threshold_reference_final']:.2f}: "
+            f"{row['wall_s_to_reference_final'] or float('nan'):.0f} s ({row['reached_reference_final']} seeds got "
+            f"there), to its 90% {row['threshold_reference_90pct']:.2f}: "
+            f"{row['wall_s_to_reference_90pct'] or float('nan'):.0f} s",
             flush=True,
         )
     for pair, verdict in report.get("noninferiority", {}).items():
