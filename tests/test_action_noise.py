@@ -1,11 +1,14 @@
 """The Gaussian action noise as rsl_rl's ``GaussianDistribution``: its standard deviation clamped to ``std_range``
-(floor 1e-6), fixed with ``learn_std=False``, and the adaptive learning rate left alone with ``desired_kl=None``."""
+(floor 1e-6), fixed with ``learn_std=False``, and the adaptive learning rate left alone with ``desired_kl=None``;
+and as its ``HeteroscedasticGaussianDistribution`` (``state_dependent_std``): the std an output of the actor's
+MLP, starting at ``init_noise_std`` for every input, clamped, and learned."""
 
 import pytest
 import torch
 from tensordict import TensorDict
 
 from isaaclab_torchrl.agents import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
+from isaaclab_torchrl.agents.validation import ConfigError, validate_policy_cfg
 from isaaclab_torchrl.models import BoundedNormalScale, EnvInterface, make_models, noise_std
 from isaaclab_torchrl.runners import PPO
 
@@ -44,7 +47,7 @@ def test_the_floor_is_1e_6_whatever_std_range_says():
 
 
 def _learner(**fields) -> PPO:
-    policy = {key: value for key, value in fields.items() if key in ("learn_std",)}
+    policy = {key: value for key, value in fields.items() if key in ("learn_std", "state_dependent_std")}
     algorithm = {key: value for key, value in fields.items() if key not in policy}
     cfg = TorchRLRunnerCfg(
         device="cpu",
@@ -97,3 +100,35 @@ def test_desired_kl_none_keeps_the_learning_rate_of_the_adaptive_schedule():
     adaptive = _learner(schedule="adaptive", desired_kl=0.01)
     adaptive.update(_batch(adaptive))
     assert adaptive.learning_rate != pytest.approx(1e-3), "the same batch moves an adaptive rate"
+
+
+@pytest.mark.parametrize("noise_std_type", ["scalar", "log"])
+def test_a_state_dependent_std_starts_at_init_noise_std_depends_on_the_input_and_is_clamped(noise_std_type):
+    policy = _policy(state_dependent_std=True, noise_std_type=noise_std_type, init_noise_std=0.7, std_range=(0.2, 2.0))
+    actor = make_models(policy, INTERFACE, "cpu").actor
+    obs = TensorDict({"policy": torch.randn(16, 3)}, [16])
+    torch.testing.assert_close(actor(obs.clone())["scale"], torch.full((16, 2), 0.7))
+    assert noise_std(actor) is None
+    head = actor.parts.mean[-2]  # the MLP's last layer: the means' rows, then the std's
+    with torch.no_grad():
+        head.weight[2:].normal_(0.0, 10.0)
+    scale = actor(obs.clone())["scale"]
+    assert scale.std(0).min() > 0, "the std depends on the observation"
+    assert float(scale.min()) == pytest.approx(0.2) and float(scale.max()) == pytest.approx(2.0)
+    # the deterministic path is the mean: the first half of the MLP's output
+    torch.testing.assert_close(actor.parts.mean(obs["policy"]), actor(obs.clone())["loc"])
+
+
+def test_a_state_dependent_std_is_learned_and_logged_as_its_batch_mean():
+    learner = _learner(state_dependent_std=True)
+    head = learner.actor.parts.mean[-2]
+    before = head.weight[2:].detach().clone()
+    batch = _batch(learner)
+    learner.update(batch.clone())
+    assert not torch.equal(head.weight[2:], before), "the std head is trained"
+    assert learner.noise_std() == pytest.approx(float(batch["scale"].mean()))
+
+
+def test_a_state_dependent_std_needs_learn_std():
+    with pytest.raises(ConfigError, match="learn_std"):
+        validate_policy_cfg(_policy(state_dependent_std=True, learn_std=False))

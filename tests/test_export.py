@@ -36,8 +36,11 @@ def _policy_actions(actor, rnn_type, observations):
     return torch.stack(actions)
 
 
-@pytest.mark.parametrize(("rnn_type", "normalize"), [(None, False), (None, True), ("lstm", True), ("gru", True)])
-def test_exported_policies_match_the_actor(tmp_path, rnn_type, normalize):
+@pytest.mark.parametrize(
+    ("rnn_type", "normalize", "state_dependent_std"),
+    [(None, False, False), (None, True, False), ("lstm", True, False), ("gru", True, False), ("lstm", True, True)],
+)
+def test_exported_policies_match_the_actor(tmp_path, rnn_type, normalize, state_dependent_std):
     torch.manual_seed(0)
     cfg = TorchRLPolicyCfg(
         rnn_type=rnn_type,
@@ -45,6 +48,7 @@ def test_exported_policies_match_the_actor(tmp_path, rnn_type, normalize):
         actor_hidden_dims=[8, 8],
         critic_hidden_dims=[8],
         actor_obs_normalization=normalize,
+        state_dependent_std=state_dependent_std,  # the MLP outputs the std too: the export keeps the mean only
     )
     actor, _ = make_models(cfg, EnvInterface(("policy",), OBS, ("policy",), OBS, ACT), "cpu")
     observations = 3.0 + 2.0 * torch.randn(STEPS, ENVS, OBS)

@@ -182,7 +182,7 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
     from isaaclab_torchrl.agents.validation import validate_agent_cfg
     from isaaclab_torchrl.cli import UsageError, resolve_task
 
-    supported, unsupported = [], {}
+    supported, unsupported, state_dependent = [], {}, 0
     for task in _rsl_rl_tasks():
         for agent in ("torchrl", "torchrl_lstm"):
             args = argparse.Namespace(task=task, agent=agent, device="cpu", num_envs=4096, seed=None)
@@ -200,6 +200,9 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
             rsl = _rsl_rl_cfg(task, key or "rsl_rl_cfg_entry_point")
             for ours, theirs in PORTED_FIELDS.items():
                 assert _field(cfg, ours) == _field(rsl, theirs), (task, agent, ours, theirs)
+            heteroscedastic = rsl.actor.distribution_cfg.class_name == "HeteroscedasticGaussianDistribution"
+            assert cfg.policy.state_dependent_std is heteroscedastic, (task, agent)
+            state_dependent += heteroscedastic
             assert cfg.algorithm.normalize_advantage is not rsl.algorithm.normalize_advantage_per_mini_batch, task
             supported.append(task)
         assert (task in unsupported) != (task in supported), task
@@ -207,6 +210,7 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
         assert "not supported" in reason or "multi-agent" in reason, reason
     assert set(unsupported) == _documented_unsupported_tasks()
     assert len(set(supported)) + len(unsupported) == len(_rsl_rl_tasks()) == 89
+    assert state_dependent == 2 * 7  # the seven tasks with rsl_rl's heteroscedastic noise, both agent keys
 
 
 def test_configs_in_rsl_rl_5s_layout_skip_isaaclabs_migration_and_port_the_same():

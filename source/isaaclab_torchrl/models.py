@@ -114,10 +114,39 @@ class BoundedNormalScale(AddStateIndependentNormalScale):
         return loc, scale.clamp_max(self.scale_ub), *others
 
 
+class StateDependentScale(nn.Module):
+    """Splits the actor MLP's output into the action mean and the noise's standard deviation (rsl_rl's
+    ``HeteroscedasticGaussianDistribution``): the second half is the std (``"scalar"``) or its log (``"log"``),
+    clamped to ``[scale_lb, scale_ub]`` (in log space for ``"log"``)."""
+
+    def __init__(self, action_dim: int, std_type: str, scale_lb: float, scale_ub: float):
+        super().__init__()
+        self.action_dim, self.std_type = action_dim, std_type
+        self.scale_lb, self.scale_ub = scale_lb, scale_ub
+
+    def forward(self, output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc, std = output.split(self.action_dim, dim=-1)
+        if self.std_type == "log":
+            return loc, std.clamp(math.log(self.scale_lb), math.log(self.scale_ub)).exp()
+        return loc, std.clamp(self.scale_lb, self.scale_ub)
+
+
+class MeanSlice(nn.Module):
+    """The action mean: the first ``action_dim`` outputs of a state-dependent-noise actor's MLP."""
+
+    def __init__(self, action_dim: int):
+        super().__init__()
+        self.action_dim = action_dim
+
+    def forward(self, output: torch.Tensor) -> torch.Tensor:
+        return output[..., : self.action_dim]
+
+
 @dataclass(frozen=True)
 class ActorParts:
     """The actor's deterministic path, as a deployed policy runs it: input normalizer (identity without
-    normalisation), recurrent layer (``nn.LSTM`` / ``nn.GRU``, or ``None``) and the MLP that outputs the action mean.
+    normalisation), recurrent layer (``nn.LSTM`` / ``nn.GRU``, or ``None``) and the MLP that outputs the action mean
+    (with state-dependent noise: the actor's MLP layers followed by :class:`MeanSlice`).
 
     These are the actor's own submodules (one copy of the weights), named here so that export and play need not
     search the actor for them.
@@ -194,25 +223,38 @@ def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.de
         actor_in, critic_in = "actor_rnn_features", "critic_rnn_features"
         actor_in_dim = critic_in_dim = cfg.rnn_hidden_size
 
+    action_dim = interface.action_dim
     actor_mlp = MLP(
         in_features=actor_in_dim,
-        out_features=interface.action_dim,
+        out_features=2 * action_dim if cfg.state_dependent_std else action_dim,
         num_cells=list(cfg.actor_hidden_dims),
         activation_class=activation,
         device=device,
     )
-    actor_layers.append(TensorDictModule(actor_mlp, in_keys=[actor_in], out_keys=["loc"]))
-    noise = BoundedNormalScale(
-        interface.action_dim,
-        scale_mapping="exp" if cfg.noise_std_type == "log" else "none",
-        scale_lb=max(float(cfg.std_range[0]), MIN_STD),
-        scale_ub=float(cfg.std_range[1]),
-        init_value=math.log(cfg.init_noise_std) if cfg.noise_std_type == "log" else cfg.init_noise_std,
-        make_param=cfg.learn_std,
-        device=device,
-    )
-    actor_layers.append(TensorDictModule(noise, in_keys=["loc"], out_keys=["loc", "scale"]))
-    parts = ActorParts(actor_normalizer or nn.Identity(), actor_rnn, actor_mlp)
+    scale_lb, scale_ub = max(float(cfg.std_range[0]), MIN_STD), float(cfg.std_range[1])
+    initial_std = math.log(cfg.init_noise_std) if cfg.noise_std_type == "log" else cfg.init_noise_std
+    if cfg.state_dependent_std:
+        with torch.no_grad():  # the std head starts at the initial std for every input, like rsl_rl's
+            actor_mlp[-1].weight[action_dim:].zero_()
+            actor_mlp[-1].bias[action_dim:].fill_(initial_std)
+        actor_layers.append(TensorDictModule(actor_mlp, in_keys=[actor_in], out_keys=["actor_output"]))
+        noise = StateDependentScale(action_dim, cfg.noise_std_type, scale_lb, scale_ub)
+        actor_layers.append(TensorDictModule(noise, in_keys=["actor_output"], out_keys=["loc", "scale"]))
+        mean = nn.Sequential(*actor_mlp, MeanSlice(action_dim))
+    else:
+        actor_layers.append(TensorDictModule(actor_mlp, in_keys=[actor_in], out_keys=["loc"]))
+        noise = BoundedNormalScale(
+            action_dim,
+            scale_mapping="exp" if cfg.noise_std_type == "log" else "none",
+            scale_lb=scale_lb,
+            scale_ub=scale_ub,
+            init_value=initial_std,
+            make_param=cfg.learn_std,
+            device=device,
+        )
+        actor_layers.append(TensorDictModule(noise, in_keys=["loc"], out_keys=["loc", "scale"]))
+        mean = actor_mlp
+    parts = ActorParts(actor_normalizer or nn.Identity(), actor_rnn, mean)
     actor = GaussianActor(TensorDictSequential(*actor_layers), parts)
 
     critic_mlp = MLP(
@@ -251,9 +293,12 @@ def observation_normalizers(module: nn.Module) -> list[ObservationNormalizer]:
     return [m for m in module.modules() if isinstance(m, ObservationNormalizer)]
 
 
-def noise_std(actor: nn.Module) -> torch.Tensor:
-    """The standard deviation of the actor's Gaussian action noise, one value per action dimension."""
-    noise = next(m for m in actor.modules() if isinstance(m, BoundedNormalScale))
+def noise_std(actor: nn.Module) -> torch.Tensor | None:
+    """The standard deviation of the actor's Gaussian action noise, one value per action dimension; ``None`` when
+    it depends on the observation (``state_dependent_std``)."""
+    noise = next(m for m in actor.modules() if isinstance(m, (BoundedNormalScale, StateDependentScale)))
+    if isinstance(noise, StateDependentScale):
+        return None
     scale = mappings(noise.scale_mapping)(noise.state_independent_scale.detach())
     return scale.clamp(noise.scale_lb, noise.scale_ub)
 

@@ -13,12 +13,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import logging
 from collections.abc import Callable
 
 from .torchrl_cfg import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
-
-logger = logging.getLogger(__name__)
 
 RSL_RL_ENTRY_POINT = "rsl_rl_cfg_entry_point"
 RSL_RL_RECURRENT_ENTRY_POINT = "rsl_rl_recurrent_cfg_entry_point"
@@ -170,11 +167,6 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
     if distribution is None or distribution.class_name not in SUPPORTED_DISTRIBUTIONS:
         name = None if distribution is None else distribution.class_name
         raise UnsupportedAgentError(f"its rsl_rl actor uses the action distribution {name}")
-    if distribution.class_name == "HeteroscedasticGaussianDistribution":
-        logger.warning(
-            "rsl_rl agent %s learns a state-dependent action std; the torchrl port learns a state-independent one.",
-            rsl_cfg.experiment_name,
-        )
 
     rnn = {}
     if getattr(actor, "rnn_type", None):
@@ -190,6 +182,7 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         noise_std_type=distribution.std_type,
         std_range=list(distribution.std_range),
         learn_std=getattr(distribution, "learn_std", True),
+        state_dependent_std=distribution.class_name == "HeteroscedasticGaussianDistribution",
         actor_obs_normalization=actor.obs_normalization,
         critic_obs_normalization=critic.obs_normalization,
         **rnn,

@@ -42,7 +42,7 @@ class TorchRLPolicyCfg:
     activation: str = "elu"
     """Name of a :mod:`torch.nn` activation, case-insensitive: one of :data:`ACTIVATIONS`."""
     init_noise_std: float = 1.0
-    """Initial standard deviation of the state-independent Gaussian action noise."""
+    """Initial standard deviation of the Gaussian action noise."""
     std_range: list[float] = [1e-6, 1e6]
     """The ``[min, max]`` range the noise's standard deviation is clamped to (rsl_rl's ``std_range``; its floor is at
     least 1e-6). A list, so that the run folder's ``params/agent.yaml`` reads back with ``yaml.safe_load``."""
@@ -51,6 +51,11 @@ class TorchRLPolicyCfg:
     ``learn_std``)."""
     noise_std_type: str = "scalar"
     """Parameter of the action noise: ``"scalar"`` (learns std, rsl_rl's default) or ``"log"`` (learns log(std))."""
+    state_dependent_std: bool = False
+    """The actor's MLP outputs the noise's standard deviation (or its log, :attr:`noise_std_type`) beside the mean,
+    so that the noise depends on the observation (rsl_rl's ``HeteroscedasticGaussianDistribution``): the std head
+    starts with zero weights and a bias of :attr:`init_noise_std`, and its output is clamped to :attr:`std_range`.
+    Needs :attr:`learn_std`. Deployed and exported policies output the mean only."""
     actor_obs_normalization: bool = False
     """Normalise the actor's input with running mean and variance (rsl_rl's ``obs_normalization``), updated by the
     learner from each batch, sent to the workers with the weights, saved in checkpoints and exported."""

@@ -87,6 +87,11 @@ def validate_policy_cfg(policy: TorchRLPolicyCfg) -> None:
     low, high = (float(value) for value in policy.std_range)
     if not 0 <= low < high:
         raise ConfigError(f"agent.policy.std_range must be (min, max) with 0 <= min < max, got {policy.std_range}.")
+    if policy.state_dependent_std and not policy.learn_std:
+        raise ConfigError(
+            "agent.policy.state_dependent_std=true learns the std from the observation: it needs "
+            "agent.policy.learn_std=true (rsl_rl's heteroscedastic distribution has no fixed std either)."
+        )
 
 
 def check_tracker(logger: str) -> None:

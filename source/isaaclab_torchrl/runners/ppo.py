@@ -152,6 +152,7 @@ class PPO:
             )
         self.communication_time = 0.0
         """Seconds spent in all-reduces since the last :meth:`update` began."""
+        self.batch_noise_std = torch.tensor(float(cfg.policy.init_noise_std))
         self.lag_corrected = lag_corrected
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
@@ -167,6 +168,7 @@ class PPO:
         algo, check = self.cfg.algorithm, self.cfg.check_for_nan
         self.communication_time = 0.0
         batch = batch.to(self.device)
+        self.batch_noise_std = batch["scale"].mean()  # read only when the noise depends on the observation
         if check:
             final_obs = [("next", FINAL_OBS_KEY, key) for key in self.interface.critic_obs_keys]
             self._check_finite(batch, [*self.interface.obs_keys, *final_obs, ("next", "reward")], "batch")
@@ -330,8 +332,10 @@ class PPO:
         return float(self.lr)
 
     def noise_std(self) -> float:
-        """Mean standard deviation of the Gaussian action noise."""
-        return float(noise_std(self.actor).mean())
+        """Mean standard deviation of the Gaussian action noise; when it depends on the observation, its mean over
+        the last batch the update was given (as the acting policy drew it)."""
+        std = noise_std(self.actor)
+        return float((self.batch_noise_std if std is None else std).mean())
 
     def state_dict(self) -> dict:
         return {
