@@ -97,8 +97,9 @@ class TorchRLCollectorCfg:
     """Collector subprocesses; each owns one Isaac Lab simulation with ``num_envs / num_collectors`` envs."""
     sync: bool | None = None
     """``True``: :class:`MultiSyncCollector` (on-policy). ``False``: :class:`MultiAsyncCollector`, the workers
-    collect the next rollout while the learner updates (lag-corrected PPO). ``None``: asynchronous on a CUDA
-    simulation device (see :attr:`TorchRLRunnerCfg.speed`), synchronous on the CPU."""
+    collect the next rollout while the learner updates (lag-corrected PPO). ``None``: asynchronous with
+    ``speed="auto"`` (faster on the GPU and on a 2-core CPU, learning as well: ``docs/benchmarks.md``),
+    synchronous with ``speed="off"``. A fixed seed repeats a run exactly only with synchronous collection."""
     storing_device: str | None = None
     """Device the batches are stored on; ``None``: the simulation device. On a GPU, the collection's hand-over rules
     (see :mod:`isaaclab_torchrl.runners.collection`) keep them intact, which ``benchmarks/storage_proof.py`` checks
@@ -130,8 +131,9 @@ class TorchRLRunnerCfg:
     speed: str = "auto"
     """``"auto"``: the settings left at ``None`` (:attr:`compile`, :attr:`cudagraphs`, ``collector.sync`` and
     ``collector.cudagraph_policy``) take the fast values where they apply: a compiled update replayed as a CUDA
-    graph on a CUDA learner, graphed inference and asynchronous collection on a CUDA simulation; the plain ones on
-    the CPU. ``"off"``: the plain ones everywhere. ``scripts/train.py`` prints what was chosen."""
+    graph on a CUDA learner, graphed inference on a CUDA simulation, asynchronous collection on every device; the
+    plain ones elsewhere. ``"off"``: the plain ones everywhere (synchronous collection). ``scripts/train.py``
+    prints what was chosen."""
     compile: bool | None = None
     """Compile PPO's loss and backward pass with ``torch.compile``; the compilation runs in the first iteration and
     counts in its time. Alone it changes the GPU update's time little (the loss breaks into several graphs);

@@ -126,9 +126,9 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
     """Gives the speed settings left at ``None`` their values for the config's devices (``agent.speed``), in place.
 
     With ``speed="auto"``: on a CUDA learner the update is compiled and replayed as a CUDA graph (recurrent layers
-    with the ``fused`` backend, which a graph can replay; elsewhere ``pad``); on a CUDA
-    simulation device the workers' inference is graphed and collection is asynchronous (lag-corrected PPO). On the
-    CPU, and with ``speed="off"``, everything stays plain and synchronous. Values set by the user are kept.
+    with the ``fused`` backend, which a graph can replay; elsewhere ``pad``); on a CUDA simulation device the
+    workers' inference is graphed; on every device collection is asynchronous (lag-corrected PPO). Elsewhere, and
+    with ``speed="off"``, everything stays plain (and synchronous). Values set by the user are kept.
     """
     _one_of("agent.speed", agent_cfg.speed, SPEEDS)
     fast = agent_cfg.speed == "auto"
@@ -145,8 +145,9 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
         # fixed shapes for the graph; eagerly, pad's cuDNN over split trajectories is faster (docs/benchmarks.md)
         agent_cfg.policy.recurrent_backend = "fused" if agent_cfg.cudagraphs else "pad"
     if collector.sync is None:
-        # asynchronous collection learned as well as synchronous at equal env steps on the GPU (docs/benchmarks.md)
-        collector.sync = not (fast and cuda_simulation)
+        # asynchronous collection learned as well as synchronous at equal env steps, and ran faster, on the GPU and
+        # on a 2-core CPU (docs/benchmarks.md)
+        collector.sync = not fast
     return agent_cfg
 
 
