@@ -21,9 +21,11 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OFFLINE_ASSET_ROOT = os.path.join(REPO, "source", "isaaclab_torchrl", "offline_assets")
-# synchronous collection: a fixed seed repeats a run exactly (the default, asynchronous, depends on timing); a test
-# of asynchronous training says so
-CPU_ARGS = ["--device", "cpu", "--viz", "none", "physics=newton_mjwarp", "agent.collector.sync=true"]
+SIMULATION_CPU_ARGS = ["--device", "cpu", "--viz", "none", "physics=newton_mjwarp"]
+"""A kitless simulation on the CPU, for any of Isaac Lab's trainers."""
+# and for this runner synchronous collection: a fixed seed repeats a run exactly (the default, asynchronous,
+# depends on timing); a test of asynchronous training says so
+CPU_ARGS = [*SIMULATION_CPU_ARGS, "agent.collector.sync=true"]
 ITERATION = re.compile(r"\[torchrl\] it +(\d+)/")
 WORKERS = re.compile(r"\[torchrl\] collector workers: (.*)")
 

@@ -10,7 +10,16 @@ import textwrap
 
 import yaml
 
-from helpers import CPU_ARGS, OFFLINE_ASSET_ROOT, assert_ok, run_dirs, run_script, scalars, script_env
+from helpers import (
+    CPU_ARGS,
+    OFFLINE_ASSET_ROOT,
+    SIMULATION_CPU_ARGS,
+    assert_ok,
+    run_dirs,
+    run_script,
+    scalars,
+    script_env,
+)
 
 EXTERNAL_TASK = "Ext-Cartpole-v0"
 
@@ -113,7 +122,7 @@ def test_every_rsl_rl_tag_is_logged(short_mlp_run, tmp_path):
     args = ["--rl_library", "rsl_rl", "--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--max_iterations", "2"]
     args += ["agent.device=cpu"]  # rsl_rl learns on cuda:0 unless told
     process = subprocess.run(
-        [sys.executable, "-c", code, *args, *CPU_ARGS],
+        [sys.executable, "-c", code, *args, *SIMULATION_CPU_ARGS],  # rsl_rl's config has no collector
         cwd=tmp_path,
         env=script_env(),
         capture_output=True,
