@@ -122,8 +122,11 @@ def test_a_state_dependent_std_starts_at_init_noise_std_depends_on_the_input_and
 def test_a_state_dependent_std_is_learned_and_logged_as_its_batch_mean():
     learner = _learner(state_dependent_std=True)
     head = learner.actor.parts.mean[-2]
+    with torch.no_grad():  # a std other than init_noise_std, so that the logged value must come from the batch
+        head.bias[2:].copy_(torch.tensor([0.5, 1.2]))
     before = head.weight[2:].detach().clone()
     batch = _batch(learner)
+    assert float(batch["scale"].mean()) != pytest.approx(0.7)
     learner.update(batch.clone())
     assert not torch.equal(head.weight[2:], before), "the std head is trained"
     assert learner.noise_std() == pytest.approx(float(batch["scale"].mean()))

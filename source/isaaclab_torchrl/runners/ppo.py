@@ -153,6 +153,7 @@ class PPO:
         self.communication_time = 0.0
         """Seconds spent in all-reduces since the last :meth:`update` began."""
         self.batch_noise_std = torch.tensor(float(cfg.policy.init_noise_std))
+        """With state-dependent noise, its mean std over the last batch the update was given."""
         self.lag_corrected = lag_corrected
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
@@ -161,14 +162,15 @@ class PPO:
         Raises:
             NonFiniteError: NaN/Inf in the batch, the advantages, a loss or a gradient (with ``check_for_nan``).
         """
-        with tf32_products(bool(self.cfg.tf32)):
+        with tf32_products(self.cfg.tf32):
             return self._update(batch)
 
     def _update(self, batch: TensorDictBase) -> dict[str, float]:
         algo, check = self.cfg.algorithm, self.cfg.check_for_nan
         self.communication_time = 0.0
         batch = batch.to(self.device)
-        self.batch_noise_std = batch["scale"].mean()  # read only when the noise depends on the observation
+        if self.cfg.policy.state_dependent_std:
+            self.batch_noise_std = batch["scale"].mean()
         if check:
             final_obs = [("next", FINAL_OBS_KEY, key) for key in self.interface.critic_obs_keys]
             self._check_finite(batch, [*self.interface.obs_keys, *final_obs, ("next", "reward")], "batch")
