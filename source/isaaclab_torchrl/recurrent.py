@@ -15,6 +15,8 @@ computes what torchrl's ``scan`` backend computes, with a backward pass written 
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torchrl.modules import GRUModule, LSTMModule
 
@@ -208,6 +210,12 @@ class FusedGRUModule(GRUModule):
         super().__init__(*args, recurrent_backend="pad", **kwargs)
         _check_supported(self.gru)
         self.recurrent_backend = "scan"
+
+    # torchrl's GRUModule.forward, without its decorators: `set_lazy_legacy(False)` (tensordict's default already)
+    # writes os.environ at every call, which breaks torch.compile's graph of the update in two (LSTMModule.forward
+    # has no such decorator); `dispatch` (calls with keyword tensors) is not used here. Proposed upstream: drop the
+    # decorator from GRUModule.forward.
+    forward = inspect.unwrap(GRUModule.forward)
 
     def _gru_scan_with_resets(self, input, hidden_in, initial_hidden, is_init):
         steps_first = is_init.transpose(0, 1).unsqueeze(-1)

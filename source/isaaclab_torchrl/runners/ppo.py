@@ -25,6 +25,12 @@ from .safety import NonFiniteError
 STEP_STATISTICS = ("surrogate", "value", "entropy", "kl", "grad_norm")
 """What each gradient step reports, in this order; the update returns their means."""
 
+COMPILE_SETTINGS = {"allow_rnn": True}
+"""torch.compile's settings while it traces the update. tensordict finds the actor's distribution by walking its
+modules, an ``nn.LSTM``/``nn.GRU`` among them, which dynamo refuses to wrap by default: it would run the whole loss
+eagerly, the recurrent pass's backward included. Those modules' own forward never runs in the update (the
+recurrent layers run :mod:`isaaclab_torchrl.recurrent`'s fused pass)."""
+
 MAX_IMPORTANCE_WEIGHT = 1.0
 """Truncation of the importance weight between the proximal and the acting policy (lag-corrected PPO)."""
 
@@ -65,12 +71,23 @@ class ClipPPOLossWithKL(ClipPPOLoss):
     pass. torchrl reads ``kl_approx`` for logging only.
     """
 
+    def register_coeff_buffer(self, name, value, **kwargs) -> None:
+        # the value clip gates Python branches of the loss (`if self.clip_value:`): a Python number is a constant to
+        # torch.compile, where a tensor breaks the compiled graph at every branch
+        if name == "clip_value" and value is not None:
+            self.clip_value = float(value)
+            return
+        super().register_coeff_buffer(name, value, **kwargs)
+
     def _log_weight(self, tensordict: TensorDictBase, adv_shape: torch.Size):
         # read before the actor runs: it writes the current loc and scale into the same tensordict
-        reference = torch.distributions.Normal(tensordict.get("loc"), tensordict.get("scale"))
+        loc, scale = tensordict.get("loc"), tensordict.get("scale")
         log_weight, dist, _, log_is_weight = super()._log_weight(tensordict, adv_shape)
-        kl = torch.distributions.kl_divergence(reference, dist.base_dist).sum(-1, keepdim=True)
-        return log_weight, dist, kl, log_is_weight
+        current = dist.base_dist
+        # KL(N(loc, scale) || N(current)), written out: torch.distributions' lookup of the formula breaks a graph
+        variance_ratio = (scale / current.scale).pow(2)
+        kl = 0.5 * (variance_ratio + ((loc - current.loc) / current.scale).pow(2) - 1 - variance_ratio.log())
+        return log_weight, dist, kl.sum(-1, keepdim=True), log_is_weight
 
 
 class PPO:
@@ -144,7 +161,10 @@ class PPO:
         self.clipped_groups = [list(self.actor.parameters()), list(self.critic.parameters())]
         self.recurrent = cfg.policy.rnn_type is not None
         self.optimizer = torch.optim.Adam(self.parameters, lr=self.lr, capturable=on_cuda, fused=True)
-        self._loss_and_gradients = torch.compile(self.loss_and_gradients) if cfg.compile else self.loss_and_gradients
+        self._loss_and_gradients = self.loss_and_gradients
+        if cfg.compile:
+            compiled = torch.compile(self.loss_and_gradients)
+            self._loss_and_gradients = torch._dynamo.config.patch(**COMPILE_SETTINGS)(compiled)
         if cfg.cudagraphs:
             # the gradients of the replays land in the .grad tensors of the capture, which the optimizer reads
             self._loss_and_gradients = CudaGraphModule(
