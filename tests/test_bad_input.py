@@ -34,6 +34,14 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "agent.num_steps_per_env=0"],
         "agent.num_steps_per_env must be >= 1",
     ),
+    "symmetry with a recurrent policy": (
+        ["--task", "Isaac-Cartpole", "--agent", "torchrl_symmetry", "agent.policy.rnn_type=lstm"],
+        "symmetry augmentation needs an MLP policy",
+    ),
+    "symmetry function that does not import": (
+        ["--task", "Isaac-Cartpole", "--agent", "torchrl_symmetry", "agent.algorithm.symmetry_cfg.data_augmentation_func=nowhere:nothing"],
+        "data_augmentation_func 'nowhere:nothing' is not an importable",
+    ),
     "more minibatches than trajectory slices": (
         ["--task", "Isaac-Cartpole-Direct", "--num_envs", "8", "agent.algorithm.num_mini_batches=16"],
         "agent.algorithm.num_mini_batches (16) must be between 1 and the 8 trajectory slices",

@@ -175,6 +175,7 @@ class IsaacLabEnvFactory:
         obs_groups: The runner's ``obs_groups`` (see :func:`resolve_obs_groups`).
         random_episode_start: Start the first episodes at random points of their time limit.
         external_callback: ``--external_callback``: the callable that registers the task, run in the worker too.
+        symmetry_function: The agent's symmetry augmentation function, whose form the probe reads.
     """
 
     def __init__(
@@ -188,8 +189,10 @@ class IsaacLabEnvFactory:
         obs_groups: dict | None = None,
         random_episode_start: bool = False,
         external_callback: str | None = None,
+        symmetry_function=None,
     ):
         self.task = task
+        self.symmetry_function = symmetry_function
         self.external_callback = external_callback
         self.env_cfg = env_cfg
         self.launcher_args = launcher_args
@@ -248,6 +251,12 @@ class IsaacLabEnvFactory:
         return env
 
 
+def symmetry_function(agent_cfg):
+    """The agent's symmetry augmentation function, or ``None`` without symmetry."""
+    symmetry = agent_cfg.algorithm.symmetry_cfg
+    return None if symmetry is None else symmetry.data_augmentation_func
+
+
 def make_env_factories(
     task: str, env_cfgs: list, agent_cfg, launcher_args: dict, external_callback: str | None = None
 ) -> list[IsaacLabEnvFactory]:
@@ -266,19 +275,36 @@ def make_env_factories(
             obs_groups=agent_cfg.obs_groups,
             random_episode_start=agent_cfg.init_at_random_ep_len,
             external_callback=external_callback,
+            symmetry_function=symmetry_function(agent_cfg),
         )
         for index, env_cfg in enumerate(env_cfgs)
     ]
 
 
-def env_interface(env) -> EnvInterface:
-    """Reads the observation groups of actor and critic, their sizes and the action size from a wrapped env."""
+def env_interface(env, symmetry_function=None) -> EnvInterface:
+    """Reads the observation groups of actor and critic, their sizes and the action size from a wrapped env, and
+    with ``symmetry_function`` (the agent's augmentation function), the form of the task's symmetry.
+
+    Raises:
+        SymmetryError: the augmentation function is not of the form :mod:`isaaclab_torchrl.symmetry` reads.
+    """
     obs_spec = env.observation_spec
     groups = env.base_env.obs_groups
+    symmetry = None
+    if symmetry_function is not None:
+        from .symmetry import read_symmetry
+
+        space = env.base_env.unwrapped.single_observation_space
+        sizes = {name: int(box.shape[-1]) for name, box in space.spaces.items()}
+        obs_keys = tuple(dict.fromkeys(groups["actor"] + groups["critic"]))
+        symmetry = read_symmetry(
+            symmetry_function, env.base_env.unwrapped, sizes, obs_keys, int(env.action_spec.shape[-1])
+        )
     return EnvInterface(
         actor_obs_keys=tuple(groups["actor"]),
         actor_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in groups["actor"]),
         critic_obs_keys=tuple(groups["critic"]),
         critic_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in groups["critic"]),
         action_dim=int(env.action_spec.shape[-1]),
+        symmetry=symmetry,
     )

@@ -29,6 +29,7 @@ import cloudpickle
 
 from .envs import IsaacLabEnvFactory, env_interface
 from .models import EnvInterface
+from .symmetry import SymmetryError
 
 CALLABLE = re.compile(r"^([A-Za-z_][\w.]*):[A-Za-z_][\w.]*$")
 """How Isaac Lab's ``class_to_dict`` writes a function or class of a config: ``module:qualified_name``."""
@@ -64,7 +65,8 @@ def interface_key(factory: IsaacLabEnvFactory) -> str:
     """SHA-256 of what decides the sizes: the task id, the observation groups, the environment config (without
     the env count, seed and device, which change no size), the launcher arguments but those of :data:`DISPLAY_ARGS`,
     the versions of :data:`PACKAGES`, and the source of every module the config names (the config's own, the
-    observation and action terms', the env class's and its base classes') and of this package's env wrapper."""
+    observation and action terms', the env class's and its base classes') and of this package's env wrapper; with
+    a symmetry function, its name and the source of its module and of :mod:`isaaclab_torchrl.symmetry`."""
     from isaaclab.utils.dict import class_to_dict
 
     config = class_to_dict(factory.env_cfg)
@@ -78,8 +80,11 @@ def interface_key(factory: IsaacLabEnvFactory) -> str:
         ADDRESS.sub("", json.dumps(config, sort_keys=True, default=repr)),
         json.dumps(launcher, sort_keys=True, default=repr),
         json.dumps(_versions(), sort_keys=True),
+        _qualified_name(factory.symmetry_function),
     ]
     modules = {type(factory.env_cfg).__module__, __name__.rpartition(".")[0] + ".envs", *_env_class_modules(factory)}
+    if factory.symmetry_function is not None:
+        modules.update({factory.symmetry_function.__module__, __name__.rpartition(".")[0] + ".symmetry"})
     modules.update(match.group(1) for match in map(CALLABLE.match, _strings(config)) if match)
     digest = hashlib.sha256()
     for part in parts:
@@ -91,6 +96,11 @@ def interface_key(factory: IsaacLabEnvFactory) -> str:
                 with open(origin, "rb") as file:
                     digest.update(module.encode() + b"\0" + file.read() + b"\0")
     return digest.hexdigest()
+
+
+def _qualified_name(function) -> str:
+    """``module:qualified_name`` of the symmetry function, or nothing without one."""
+    return "" if function is None else f"{function.__module__}:{function.__qualname__}"
 
 
 def _versions() -> dict[str, str | None]:
@@ -119,8 +129,14 @@ def _env_class_modules(factory: IsaacLabEnvFactory) -> list[str]:
 
 def _probe(pickled_factory: bytes, queue) -> None:
     try:
-        env = cloudpickle.loads(pickled_factory)()
-        queue.put(("ok", env_interface(env)))
+        factory = cloudpickle.loads(pickled_factory)
+        env = factory()
+        try:
+            interface = env_interface(env, factory.symmetry_function)
+        except SymmetryError as exc:
+            queue.put(("symmetry", str(exc)))
+            return
+        queue.put(("ok", interface))
         # the parent ends this process once it has the answer: closing the simulation would only delay the workers
         env.close()
     except BaseException as exc:  # reported to the parent, which raises it
@@ -130,7 +146,11 @@ def _probe(pickled_factory: bytes, queue) -> None:
 
 
 def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> EnvInterface:
-    """Creates the environment once in a short-lived subprocess (with one env) and returns its sizes."""
+    """Creates the environment once in a short-lived subprocess (with one env) and returns its sizes.
+
+    Raises:
+        SymmetryError: the agent's symmetry function is not of the form :mod:`isaaclab_torchrl.symmetry` reads.
+    """
     probe = IsaacLabEnvFactory(
         factory.task,
         factory.env_cfg,
@@ -139,6 +159,7 @@ def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> 
         seed=factory.seed,
         obs_groups=factory.obs_groups,
         external_callback=factory.external_callback,
+        symmetry_function=factory.symmetry_function,
     )
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
@@ -153,6 +174,12 @@ def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> 
         with contextlib.suppress(Exception):
             process.kill()  # nothing of its simulation is needed: no waiting for it to close
         process.join(timeout=30)
+    if status == "symmetry":
+        function = factory.symmetry_function
+        raise SymmetryError(
+            f"agent.algorithm.symmetry_cfg.data_augmentation_func {function.__module__}:{function.__qualname__} is not "
+            f"a mirror this runner can apply (a column selection with signs per copy, the original first): {payload}."
+        )
     if status != "ok":
         raise RuntimeError(f"Creating the environment {factory.task!r} failed in the probe process:\n{payload}")
     return payload

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -31,6 +31,9 @@ class EnvInterface:
     critic_obs_keys: tuple[str, ...]
     critic_obs_dim: int
     action_dim: int
+    symmetry: dict | None = field(default=None, compare=False)
+    """The task's symmetry (:func:`isaaclab_torchrl.symmetry.read_symmetry`) when the agent mirrors samples; not
+    part of the sizes that are compared."""
 
     @classmethod
     def from_dict(cls, fields: dict) -> EnvInterface:
@@ -38,9 +41,10 @@ class EnvInterface:
         return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()})
 
     def __str__(self) -> str:
+        symmetry = f"; {self.symmetry['copies']} symmetric copies" if self.symmetry else ""
         return (
             f"actor observes {', '.join(self.actor_obs_keys)} ({self.actor_obs_dim}), critic "
-            f"{', '.join(self.critic_obs_keys)} ({self.critic_obs_dim}); {self.action_dim} actions"
+            f"{', '.join(self.critic_obs_keys)} ({self.critic_obs_dim}); {self.action_dim} actions{symmetry}"
         )
 
     @property

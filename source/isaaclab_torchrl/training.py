@@ -27,6 +27,7 @@ from .runners import TorchRLRunner, load_checkpoint
 from .runners.code_state import store_code_state
 from .runners.distributed import DistributedContext, init_distributed
 from .runs import RunFolderError, create_run_dir, experiment_root, new_run_dir, resumed_run_dir
+from .symmetry import SymmetryError
 
 
 @dataclasses.dataclass
@@ -132,10 +133,14 @@ def start(run: TrainingRun) -> TorchRLRunner:
     differ, the probe reads the task's sizes again, and a stale entry is named and replaced.
 
     Raises:
-        UsageError: the checkpoint does not fit this task and agent.
+        UsageError: the checkpoint does not fit this task and agent, or the agent's symmetry function cannot be
+            applied.
     """
     factories = make_workers(run)
-    interface, cached = read_env_interface(factories)
+    try:
+        interface, cached = read_env_interface(factories)
+    except SymmetryError as exc:
+        raise UsageError(str(exc)) from None
     source = "remembered from an earlier run" if cached else "read by a probe process"
     print(f"[torchrl] environment: {interface} ({source})", flush=True)
     if run.checkpoint and cached and run.checkpoint_interface != interface:

@@ -2,14 +2,23 @@
 
 import gymnasium as gym
 
-from .rsl_rl_port import RSL_RL_ENTRY_POINT, UnsupportedAgentError, ported_agent, ported_entry_point
-from .torchrl_cfg import TorchRLCollectorCfg, TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
+from .rsl_rl_port import (
+    RSL_RL_ENTRY_POINT,
+    RSL_RL_SYMMETRY_ENTRY_POINT,
+    UnsupportedAgentError,
+    ported_agent,
+    ported_entry_point,
+)
+from .torchrl_cfg import TorchRLCollectorCfg, TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg, TorchRLSymmetryCfg
 
 ENTRY_POINT = "isaaclab_torchrl_cfg_entry_point"
 """Gym-registry key of a task's default torchrl agent (``--agent torchrl``)."""
 LSTM_ENTRY_POINT = "isaaclab_torchrl_lstm_cfg_entry_point"
 """Gym-registry key of a task's recurrent (LSTM) torchrl agent (``--agent torchrl_lstm``)."""
-AGENT_ALIASES = {"torchrl": ENTRY_POINT, "torchrl_lstm": LSTM_ENTRY_POINT}
+SYMMETRY_ENTRY_POINT = "isaaclab_torchrl_symmetry_cfg_entry_point"
+"""Gym-registry key of a task's torchrl agent with symmetry augmentation (``--agent torchrl_symmetry``), for the
+tasks whose rsl_rl agent has one."""
+AGENT_ALIASES = {"torchrl": ENTRY_POINT, "torchrl_lstm": LSTM_ENTRY_POINT, "torchrl_symmetry": SYMMETRY_ENTRY_POINT}
 
 # Every task with an rsl_rl agent gets its port (see rsl_rl_port.py); these tasks get a variant of it, so that only
 # what differs is written here and the rest cannot drift from the rsl_rl config. Isaac Lab's own torchrl backend
@@ -23,7 +32,8 @@ TASK_AGENTS = {
 
 def register_agents() -> None:
     """Adds the torchrl agent entry points to every registered task with an rsl_rl agent: its port (MLP, or
-    recurrent as rsl_rl has it) and a recurrent one, or the variant of :data:`TASK_AGENTS`.
+    recurrent as rsl_rl has it) and a recurrent one, or the variant of :data:`TASK_AGENTS`; and the port of its
+    rsl_rl agent with symmetry augmentation where it has one.
 
     A task that already declares one of these keys in its own ``gym.register`` kwargs keeps its value.
     """
@@ -31,13 +41,16 @@ def register_agents() -> None:
         if RSL_RL_ENTRY_POINT not in spec.kwargs:
             continue
         entry_points = {ENTRY_POINT: ported_entry_point(task), LSTM_ENTRY_POINT: ported_entry_point(task, True)}
+        if RSL_RL_SYMMETRY_ENTRY_POINT in spec.kwargs:
+            entry_points[SYMMETRY_ENTRY_POINT] = ported_entry_point(task, symmetry=True)
         entry_points.update(TASK_AGENTS.get(task, {}))
         for key, entry_point in entry_points.items():
             spec.kwargs.setdefault(key, entry_point)
 
 
 def agent_entry_point(agent: str) -> str:
-    """Maps ``--agent`` to a registry key: an alias (``torchrl``, ``torchrl_lstm``) or an explicit key."""
+    """Maps ``--agent`` to a registry key: an alias (``torchrl``, ``torchrl_lstm``, ``torchrl_symmetry``) or an
+    explicit key."""
     return AGENT_ALIASES.get(agent, agent)
 
 
@@ -45,11 +58,13 @@ __all__ = [
     "AGENT_ALIASES",
     "ENTRY_POINT",
     "LSTM_ENTRY_POINT",
+    "SYMMETRY_ENTRY_POINT",
     "TASK_AGENTS",
     "TorchRLCollectorCfg",
     "TorchRLPolicyCfg",
     "TorchRLPpoCfg",
     "TorchRLRunnerCfg",
+    "TorchRLSymmetryCfg",
     "UnsupportedAgentError",
     "agent_entry_point",
     "ported_agent",

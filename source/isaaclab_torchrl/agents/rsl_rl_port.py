@@ -5,7 +5,7 @@ hyperparameters stay those Isaac Lab tuned for it, release after release. A few 
 port (see :data:`isaaclab_torchrl.agents.TASK_AGENTS`).
 
 What rsl_rl can do and this runner cannot (image encoders, custom model or algorithm classes, distillation,
-RND, symmetry) makes the port raise :class:`UnsupportedAgentError` with the reason.
+RND) makes the port raise :class:`UnsupportedAgentError` with the reason.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import copy
 import io
 from collections.abc import Callable
 
-from .torchrl_cfg import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
+from .torchrl_cfg import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg, TorchRLSymmetryCfg
 
 RSL_RL_ENTRY_POINT = "rsl_rl_cfg_entry_point"
 RSL_RL_RECURRENT_ENTRY_POINT = "rsl_rl_recurrent_cfg_entry_point"
+RSL_RL_SYMMETRY_ENTRY_POINT = "rsl_rl_with_symmetry_cfg_entry_point"
 RECURRENT_VARIANT = {"rnn_type": "lstm", "rnn_hidden_size": 256, "rnn_num_layers": 1}
 """The recurrent layer added where rsl_rl has no recurrent config: that of rsl_rl's ANYmal-D recurrent agent."""
 SUPPORTED_MODELS = ("MLPModel", "RNNModel")
@@ -147,8 +148,8 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
             raise UnsupportedAgentError(f"its rsl_rl agent uses the custom model class {model.class_name}")
     if algorithm.class_name != "PPO":
         raise UnsupportedAgentError(f"its rsl_rl agent uses the custom algorithm {algorithm.class_name}")
-    if algorithm.rnd_cfg is not None or algorithm.symmetry_cfg is not None:
-        raise UnsupportedAgentError("its rsl_rl agent uses random network distillation or symmetry augmentation")
+    if algorithm.rnd_cfg is not None:
+        raise UnsupportedAgentError("its rsl_rl agent uses random network distillation")
     if algorithm.optimizer != "adam":
         raise UnsupportedAgentError(f"its rsl_rl agent uses the {algorithm.optimizer} optimizer (only adam here)")
     if algorithm.normalize_advantage_per_mini_batch:
@@ -201,6 +202,7 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         gamma=algorithm.gamma,
         lam=algorithm.lam,
         use_mixed_precision=getattr(algorithm, "use_mixed_precision", False),
+        symmetry_cfg=_port_symmetry(algorithm.symmetry_cfg),
     )
     obs_groups = rsl_cfg.obs_groups if isinstance(rsl_cfg.obs_groups, dict) else None
     experiment_name = rsl_cfg.experiment_name
@@ -226,6 +228,17 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
     )
 
 
+def _port_symmetry(symmetry) -> TorchRLSymmetryCfg | None:
+    if symmetry is None:
+        return None
+    return TorchRLSymmetryCfg(
+        use_data_augmentation=symmetry.use_data_augmentation,
+        use_mirror_loss=symmetry.use_mirror_loss,
+        data_augmentation_func=symmetry.data_augmentation_func,
+        mirror_loss_coeff=symmetry.mirror_loss_coeff,
+    )
+
+
 def _rnn(model) -> tuple | None:
     rnn_type = getattr(model, "rnn_type", None)
     return (rnn_type.lower(), model.rnn_hidden_dim, model.rnn_num_layers) if rnn_type else None
@@ -246,9 +259,10 @@ def _refuse_unhandled_fields(cfg, handled: set[str]) -> None:
             )
 
 
-def ported_agent(task: str, recurrent: bool = False, **policy_changes) -> TorchRLRunnerCfg:
-    """The torchrl agent of ``task``, ported from its rsl_rl agent (its recurrent one, when asked and it has one),
-    with ``policy_changes`` applied to its ``policy`` section.
+def ported_agent(task: str, recurrent: bool = False, symmetry: bool = False, **policy_changes) -> TorchRLRunnerCfg:
+    """The torchrl agent of ``task``, ported from its rsl_rl agent (its recurrent one, when asked and it has one;
+    with ``symmetry``, its agent with symmetry augmentation), with ``policy_changes`` applied to its ``policy``
+    section.
 
     Raises:
         UnsupportedAgentError: the task's rsl_rl agent uses a feature the torchrl runner does not have.
@@ -258,6 +272,8 @@ def ported_agent(task: str, recurrent: bool = False, **policy_changes) -> TorchR
 
     kwargs = gym.spec(task).kwargs
     key = RSL_RL_RECURRENT_ENTRY_POINT if recurrent and RSL_RL_RECURRENT_ENTRY_POINT in kwargs else RSL_RL_ENTRY_POINT
+    if symmetry:
+        key = RSL_RL_SYMMETRY_ENTRY_POINT
     with contextlib.redirect_stdout(io.StringIO()):  # "[INFO]: Parsing configuration from: ..."
         rsl_cfg = load_cfg_from_registry(task, key)
     try:
@@ -268,11 +284,14 @@ def ported_agent(task: str, recurrent: bool = False, **policy_changes) -> TorchR
     return cfg
 
 
-def ported_entry_point(task: str, recurrent: bool = False, **policy_changes) -> Callable[[], TorchRLRunnerCfg]:
+def ported_entry_point(
+    task: str, recurrent: bool = False, symmetry: bool = False, **policy_changes
+) -> Callable[[], TorchRLRunnerCfg]:
     """A registry entry point (a function Isaac Lab's config loader calls) that ports ``task``'s rsl_rl agent."""
 
     def entry_point() -> TorchRLRunnerCfg:
-        return ported_agent(task, recurrent, **policy_changes)
+        return ported_agent(task, recurrent, symmetry, **policy_changes)
 
-    entry_point.__qualname__ = f"ported_agent[{task}{', recurrent' if recurrent else ''}]"
+    variant = ", recurrent" if recurrent else ", symmetry" if symmetry else ""
+    entry_point.__qualname__ = f"ported_agent[{task}{variant}]"
     return entry_point

@@ -64,6 +64,26 @@ class TorchRLPolicyCfg:
 
 
 @configclass
+class TorchRLSymmetryCfg:
+    """Symmetry augmentation (rsl_rl's ``RslRlSymmetryCfg``, fields of the same names and meanings): the task's
+    function that mirrors observations and actions, applied to every minibatch of an MLP policy's update.
+
+    The function is read once per task, in the process that probes the environment, as a column selection with
+    signs per mirrored copy (:mod:`isaaclab_torchrl.symmetry`); a function that is not one is refused there."""
+
+    use_data_augmentation: bool = False
+    """Append the mirrored samples to every minibatch: the surrogate and value losses average over all copies; the
+    entropy and the KL of the adaptive learning rate over the original samples only, as in rsl_rl."""
+    use_mirror_loss: bool = False
+    """Add :attr:`mirror_loss_coeff` times the mean squared difference between the actor's mean on mirrored
+    observations and the mirrored mean on the original ones. With neither option the mirror loss is only logged
+    (``Loss/symmetry``), as in rsl_rl."""
+    data_augmentation_func: object = MISSING
+    """The task's ``f(env, obs, actions) -> (obs, actions)`` (Isaac Lab's signature), or its ``"module:name"``."""
+    mirror_loss_coeff: float = 0.0
+
+
+@configclass
 class TorchRLPpoCfg:
     """PPO with clipped objective, adaptive-KL learning rate and GAE."""
 
@@ -87,6 +107,8 @@ class TorchRLPpoCfg:
     use_mixed_precision: bool = False
     """Compute the losses (the networks' forward passes) under bfloat16 autocast, as rsl_rl's option of the same
     name; the parameters, the optimizer and the gradients stay float32."""
+    symmetry_cfg: TorchRLSymmetryCfg | None = None
+    """Symmetry augmentation and mirror loss (MLP policies only, as in rsl_rl); ``None``: off."""
 
 
 @configclass

@@ -94,6 +94,33 @@ def validate_policy_cfg(policy: TorchRLPolicyCfg) -> None:
         )
 
 
+def _check_symmetry(agent_cfg: TorchRLRunnerCfg) -> None:
+    """Resolves the symmetry function (a ``"module:name"`` string from a config file or the command line) and rejects
+    what rsl_rl's symmetry extension rejects."""
+    symmetry = agent_cfg.algorithm.symmetry_cfg
+    function = symmetry.data_augmentation_func
+    if isinstance(function, str):
+        from isaaclab.utils.string import string_to_callable
+
+        try:
+            symmetry.data_augmentation_func = function = string_to_callable(function)
+        except (ValueError, AttributeError, ImportError) as exc:
+            raise ConfigError(
+                f"agent.algorithm.symmetry_cfg.data_augmentation_func {function!r} is not an importable "
+                f"'module:function': {exc}"
+            ) from None
+    if not callable(function):
+        raise ConfigError(f"agent.algorithm.symmetry_cfg.data_augmentation_func must be a function, got {function!r}.")
+    if agent_cfg.policy.rnn_type is not None:
+        raise ConfigError(
+            "agent.algorithm.symmetry_cfg: symmetry augmentation needs an MLP policy, as in rsl_rl; with a recurrent "
+            "one the recurrent state stored for a mirrored trajectory would be the original's, which is not its "
+            "mirror. Use --agent torchrl_symmetry (an MLP) or set agent.algorithm.symmetry_cfg=null."
+        )
+    if symmetry.mirror_loss_coeff < 0:
+        raise ConfigError(f"agent.algorithm.symmetry_cfg.mirror_loss_coeff must be >= 0, got {symmetry.mirror_loss_coeff}.")
+
+
 def check_tracker(logger: str) -> None:
     """Rejects an unknown tracker, a tracker whose client is not installed, or one without credentials."""
     if logger not in TRACKERS:
@@ -217,6 +244,8 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
             f"agent.obs_groups must map 'actor' and 'critic' to lists of observation groups, got {obs_groups!r}; "
             """on the command line: 'agent.obs_groups={"actor":["policy"],"critic":["critic"]}'."""
         )
+    if algo.symmetry_cfg is not None:
+        _check_symmetry(agent_cfg)
     unknown_sets = sorted(set(obs_groups) - {"actor", "critic"})
     if unknown_sets:
         raise ConfigError(f"agent.obs_groups has entries {unknown_sets}; only 'actor' and 'critic' are read.")

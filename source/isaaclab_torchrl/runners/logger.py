@@ -12,8 +12,9 @@ from torch.utils.tensorboard import SummaryWriter
 from ..envs import EPISODE_LOG_KEY
 from .trackers import Tracker
 
-LOSS_TAGS = {"surrogate": "Loss/surrogate", "value": "Loss/value", "entropy": "Loss/entropy"}
-"""PPO's losses under rsl_rl's tags; ``kl`` and ``grad_norm`` are ours (``Loss/kl``, ``Loss/grad_norm``)."""
+LOSS_TAGS = {"surrogate": "Loss/surrogate", "value": "Loss/value", "entropy": "Loss/entropy", "symmetry": "Loss/symmetry"}
+"""PPO's losses under rsl_rl's tags (``symmetry`` with symmetry only); ``kl`` and ``grad_norm`` are ours
+(``Loss/kl``, ``Loss/grad_norm``)."""
 
 
 def finished_episodes(td: TensorDictBase) -> tuple[list[float], list[int]]:
@@ -92,7 +93,7 @@ class Logger:
         reward = statistics.fmean(self.episode_returns) if self.episode_returns else None
         length = statistics.fmean(self.episode_lengths) if self.episode_lengths else None
         if self.writer is not None:
-            scalars = {tag: stats[key] for key, tag in LOSS_TAGS.items()}
+            scalars = {tag: stats[key] for key, tag in LOSS_TAGS.items() if key in stats}
             scalars.update({"Loss/kl": stats["kl"], "Loss/grad_norm": stats["grad_norm"]})
             scalars["Loss/learning_rate"] = stats["learning_rate"]
             scalars["Policy/mean_std"] = stats["mean_std"]

@@ -13,17 +13,19 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import CudaGraphModule
 from torchrl.modules import set_recurrent_mode
-from torchrl.objectives import ClipPPOLoss
 
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import FINAL_OBS_KEY
 from ..models import EnvInterface, make_collection_policy, make_models, noise_std, observation_normalizers
+from ..symmetry import Mirror
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
 from .gae import CollectedBatchGAE
+from .loss import ClipPPOLossWithKL
 from .safety import NonFiniteError
 
 STEP_STATISTICS = ("surrogate", "value", "entropy", "kl", "grad_norm")
-"""What each gradient step reports, in this order; the update returns their means."""
+"""What each gradient step reports, in this order (with symmetry, ``symmetry`` before ``grad_norm``); the update
+returns their means."""
 
 COMPILE_SETTINGS = {"allow_rnn": True}
 """torch.compile's settings while it traces the update. tensordict finds the actor's distribution by walking its
@@ -60,34 +62,6 @@ def tf32_products(enabled: bool):
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
-
-
-class ClipPPOLossWithKL(ClipPPOLoss):
-    """torchrl's clipped PPO loss whose ``kl_approx`` output is rsl_rl's KL of the adaptive learning rate: the
-    analytic Gaussian KL(reference || current), summed over the action dimensions and averaged over the samples.
-
-    The reference policy's ``loc`` and ``scale`` are read from the data (the acting policy's, or lag-corrected, the
-    proximal one's); the current distribution is the one the loss builds anyway, so the KL costs no extra forward
-    pass. torchrl reads ``kl_approx`` for logging only.
-    """
-
-    def register_coeff_buffer(self, name, value, **kwargs) -> None:
-        # the value clip gates Python branches of the loss (`if self.clip_value:`): a Python number is a constant to
-        # torch.compile, where a tensor breaks the compiled graph at every branch
-        if name == "clip_value" and value is not None:
-            self.clip_value = float(value)
-            return
-        super().register_coeff_buffer(name, value, **kwargs)
-
-    def _log_weight(self, tensordict: TensorDictBase, adv_shape: torch.Size):
-        # read before the actor runs: it writes the current loc and scale into the same tensordict
-        loc, scale = tensordict.get("loc"), tensordict.get("scale")
-        log_weight, dist, _, log_is_weight = super()._log_weight(tensordict, adv_shape)
-        current = dist.base_dist
-        # KL(N(loc, scale) || N(current)), written out: torch.distributions' lookup of the formula breaks a graph
-        variance_ratio = (scale / current.scale).pow(2)
-        kl = 0.5 * (variance_ratio + ((loc - current.loc) / current.scale).pow(2) - 1 - variance_ratio.log())
-        return log_weight, dist, kl.sum(-1, keepdim=True), log_is_weight
 
 
 class PPO:
@@ -132,6 +106,12 @@ class PPO:
         self.normalizers = [(n, interface.actor_obs_keys) for n in observation_normalizers(self.actor)]
         self.normalizers += [(n, interface.critic_obs_keys) for n in observation_normalizers(self.critic)]
         self.gae = CollectedBatchGAE(self.critic, algo.gamma, algo.lam, interface.critic_obs_keys)
+        symmetry = algo.symmetry_cfg
+        self.mirror = None if symmetry is None else Mirror(interface.symmetry, self.device)
+        """The task's symmetry (rsl_rl's symmetry extension), or ``None``."""
+        self.augmented = symmetry is not None and symmetry.use_data_augmentation
+        """Whether every minibatch holds the mirrored copies of its samples."""
+        self.statistics = STEP_STATISTICS[:4] + (("symmetry",) if symmetry else ()) + STEP_STATISTICS[4:]
         self.loss = ClipPPOLossWithKL(
             self.actor,
             self.critic,
@@ -147,6 +127,8 @@ class PPO:
             # a CUDA graph cannot replay the loss's host-side branches on its coefficients (`if clip_value:`)
             # when they live on the GPU
             device="cpu" if cfg.cudagraphs else None,
+            mirror=self.mirror,
+            augmented=self.augmented,
         )
         self.loss_keys = [key for key in self.loss.in_keys if not (isinstance(key, tuple) and key[0] == "next")]
         # "loc" and "scale": the reference policy of the KL that drives the adaptive learning rate
@@ -227,14 +209,14 @@ class PPO:
                 if check:
                     self._check_step(stats, epoch, num_steps)
                 if algo.schedule == "adaptive" and algo.desired_kl is not None:
-                    self._adapt_learning_rate(stats[STEP_STATISTICS.index("kl")])
+                    self._adapt_learning_rate(stats[self.statistics.index("kl")])
                 self.optimizer.step()
                 sums = stats if sums is None else sums + stats
                 num_steps += 1
         # after the epochs, like rsl_rl: the batch was collected, and the proximal log-probabilities computed, with
         # the statistics from before it; a batch that stopped the update leaves them as they were
         self._update_normalizers(normalizer_samples)
-        stats = dict(zip(STEP_STATISTICS, (sums / num_steps).tolist(), strict=True))
+        stats = dict(zip(self.statistics, (sums / num_steps).tolist(), strict=True))
         return {**stats, **{key: float(value) for key, value in lag_stats.items()}}
 
     def proximal_log_probs_and_weights(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -262,11 +244,14 @@ class PPO:
             batch = batch.reshape(-1)
         per_minibatch = batch.shape[0] // count
         permutation = torch.randperm(batch.shape[0], device=batch.device)[: count * per_minibatch]
-        return [batch[indices] for indices in permutation.view(count, per_minibatch)]
+        minibatches = [batch[indices] for indices in permutation.view(count, per_minibatch)]
+        if self.augmented:  # rsl_rl's symmetry augmentation, once per update (every epoch reuses the split)
+            minibatches = [self.mirror.augment(minibatch) for minibatch in minibatches]
+        return minibatches
 
     def loss_and_gradients(self, minibatch: TensorDictBase) -> TensorDictBase:
-        """PPO's losses on one minibatch and their gradients (in ``.grad``); returns the detached statistics, the
-        first four of :data:`STEP_STATISTICS` in one tensor under ``"statistics"`` (a CUDA graph of tensordict's
+        """PPO's losses on one minibatch and their gradients (in ``.grad``); returns the detached statistics, those of
+        :attr:`statistics` but ``grad_norm``, in one tensor under ``"statistics"`` (a CUDA graph of tensordict's
         returns a tensordict).
 
         This is the part that ``cfg.compile`` compiles and ``cfg.cudagraphs`` replays as a CUDA graph.
@@ -275,10 +260,13 @@ class PPO:
         with set_recurrent_mode(True), autocast:
             losses = self.loss(minibatch)
             loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+            symmetry = self.cfg.algorithm.symmetry_cfg
+            if symmetry is not None and symmetry.use_mirror_loss:
+                loss = loss + symmetry.mirror_loss_coeff * losses["loss_symmetry"]
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # "kl" is rsl_rl's analytic KL (see ClipPPOLossWithKL)
-        keys = ("loss_objective", "loss_critic", "entropy", "kl_approx")
+        keys = ("loss_objective", "loss_critic", "entropy", "kl_approx") + (("loss_symmetry",) if self.mirror else ())
         return TensorDict(statistics=torch.stack([losses[key].detach().float() for key in keys]))
 
     def _average_and_clip_gradients(self) -> torch.Tensor:
@@ -295,7 +283,7 @@ class PPO:
         """Stops before the optimizer step when a loss or the gradient is not finite (one host sync)."""
         finite = torch.isfinite(stats)
         if not bool(finite.all()):
-            bad = [key for key, ok in zip(STEP_STATISTICS, finite.tolist(), strict=True) if not ok]
+            bad = [key for key, ok in zip(self.statistics, finite.tolist(), strict=True) if not ok]
             raise NonFiniteError(
                 f"Non-finite {bad} in minibatch {done_steps + 1} (epoch {epoch + 1}) of the update; that gradient "
                 "step was not applied.",
