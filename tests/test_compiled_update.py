@@ -6,6 +6,7 @@ backward pass is then not compiled at all)."""
 import pytest
 import torch
 from test_learner import INTERFACE, ONE_STEP, _batch, _cfg
+from test_symmetry import _learner as symmetric_learner
 
 from isaaclab_torchrl.runners import PPO
 from isaaclab_torchrl.runners.ppo import COMPILE_SETTINGS
@@ -23,6 +24,15 @@ def test_the_compiled_losses_are_one_graph(rnn_type):
     minibatch = learner.gae(_batch(rnn_type)).select(*learner.loss_keys)
     if rnn_type is None:
         minibatch = minibatch.reshape(-1)
+    with torch._dynamo.config.patch(**COMPILE_SETTINGS):
+        explanation = torch._dynamo.explain(learner.loss_and_gradients)(minibatch)
+    reasons = [reason.reason for reason in explanation.break_reasons]
+    assert len(reasons) == 1 and "Optimizer.zero_grad" in reasons[0], reasons
+
+
+def test_the_compiled_losses_with_symmetry_are_one_graph():
+    learner = symmetric_learner(use_data_augmentation=True, use_mirror_loss=True)
+    minibatch = learner.mirror.augment(learner.gae(_batch(None)).select(*learner.loss_keys).reshape(-1))
     with torch._dynamo.config.patch(**COMPILE_SETTINGS):
         explanation = torch._dynamo.explain(learner.loss_and_gradients)(minibatch)
     reasons = [reason.reason for reason in explanation.break_reasons]

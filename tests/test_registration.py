@@ -174,17 +174,19 @@ def _rsl_rl_cfg(task: str, key: str):
 
 
 def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_as_unsupported():
-    """Walks the gym registry: `--agent torchrl` and `--agent torchrl_lstm` resolve to valid configs whose
-    hyperparameters are the rsl_rl ones (every ported field), or the task is refused with a reason and listed in
-    docs/tasks.md."""
+    """Walks the gym registry: `--agent torchrl` and `--agent torchrl_lstm` (and `--agent torchrl_symmetry` where
+    the task has an rsl_rl agent with symmetry) resolve to valid configs whose hyperparameters are the rsl_rl ones
+    (every ported field), or the task is refused with a reason and listed in docs/tasks.md."""
     import argparse
 
     from isaaclab_torchrl.agents.validation import validate_agent_cfg
     from isaaclab_torchrl.cli import UsageError, resolve_task
 
-    supported, unsupported, state_dependent = [], {}, 0
+    supported, unsupported, state_dependent, symmetric = [], {}, 0, []
+    symmetry_key = "rsl_rl_with_symmetry_cfg_entry_point"
     for task in _rsl_rl_tasks():
-        for agent in ("torchrl", "torchrl_lstm"):
+        agents = ("torchrl", "torchrl_lstm", "torchrl_symmetry")
+        for agent in agents if symmetry_key in gym.spec(task).kwargs else agents[:2]:
             args = argparse.Namespace(task=task, agent=agent, device="cpu", num_envs=4096, seed=None)
             try:
                 env_cfg, cfg = resolve_task(args, [])
@@ -197,9 +199,16 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
                 assert cfg.policy.rnn_type in ("lstm", "gru"), task
             recurrent_key = "rsl_rl_recurrent_cfg_entry_point"
             key = recurrent_key if agent == "torchrl_lstm" and recurrent_key in gym.spec(task).kwargs else None
+            key = symmetry_key if agent == "torchrl_symmetry" else key
             rsl = _rsl_rl_cfg(task, key or "rsl_rl_cfg_entry_point")
             for ours, theirs in PORTED_FIELDS.items():
                 assert _field(cfg, ours) == _field(rsl, theirs), (task, agent, ours, theirs)
+            assert (cfg.algorithm.symmetry_cfg is None) is (rsl.algorithm.symmetry_cfg is None), (task, agent)
+            if cfg.algorithm.symmetry_cfg is not None:
+                symmetric.append(task)
+                for name in ("use_data_augmentation", "use_mirror_loss", "data_augmentation_func", "mirror_loss_coeff"):
+                    ours, theirs = (getattr(c.algorithm.symmetry_cfg, name) for c in (cfg, rsl))
+                    assert ours == theirs, (task, name)
             heteroscedastic = rsl.actor.distribution_cfg.class_name == "HeteroscedasticGaussianDistribution"
             assert cfg.policy.state_dependent_std is heteroscedastic, (task, agent)
             state_dependent += heteroscedastic
@@ -211,6 +220,8 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
     assert set(unsupported) == _documented_unsupported_tasks()
     assert len(set(supported)) + len(unsupported) == len(_rsl_rl_tasks()) == 89
     assert state_dependent == 2 * 7  # the seven tasks with rsl_rl's heteroscedastic noise, both agent keys
+    # Cartpole, ANYmal-D flat and rough, ANYmal-B and -C flat and rough (docs/tasks.md)
+    assert len(symmetric) == 7, symmetric
 
 
 def test_configs_in_rsl_rl_5s_layout_skip_isaaclabs_migration_and_port_the_same():
