@@ -39,7 +39,13 @@ CASES = {
         "symmetry augmentation needs an MLP policy",
     ),
     "symmetry function that does not import": (
-        ["--task", "Isaac-Cartpole", "--agent", "torchrl_symmetry", "agent.algorithm.symmetry_cfg.data_augmentation_func=nowhere:nothing"],
+        [
+            "--task",
+            "Isaac-Cartpole",
+            "--agent",
+            "torchrl_symmetry",
+            "agent.algorithm.symmetry_cfg.data_augmentation_func=nowhere:nothing",
+        ],
         "data_augmentation_func 'nowhere:nothing' is not an importable",
     ),
     "more minibatches than trajectory slices": (

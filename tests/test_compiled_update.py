@@ -1,11 +1,21 @@
-"""The compiled update traces PPO's losses, the recurrent pass included, as one graph: the only graph breaks of
+"""The compiled update traces PPO's losses, the recurrent pass included, as one graph (the only graph break of
 ``torch.compile`` in :meth:`~isaaclab_torchrl.runners.PPO.loss_and_gradients` is the optimizer's ``zero_grad``
-between the losses and their ``backward``. A break inside the losses would run them eagerly, kernel by kernel, inside the CUDA graph (a custom
-backward pass is then not compiled at all)."""
+between the losses and their ``backward``; a break inside the losses would run them eagerly, kernel by kernel,
+inside the CUDA graph, and a custom backward pass would not be compiled at all), and updates as the plain PyTorch
+PPO does."""
 
 import pytest
 import torch
-from test_learner import INTERFACE, ONE_STEP, _batch, _cfg
+from test_learner import (
+    INTERFACE,
+    ONE_STEP,
+    _assert_update_equals,
+    _batch,
+    _cfg,
+    _learner_parameters,
+    _reference_update,
+    _update,
+)
 from test_symmetry import _learner as symmetric_learner
 
 from isaaclab_torchrl.runners import PPO
@@ -37,3 +47,21 @@ def test_the_compiled_losses_with_symmetry_are_one_graph():
         explanation = torch._dynamo.explain(learner.loss_and_gradients)(minibatch)
     reasons = [reason.reason for reason in explanation.break_reasons]
     assert len(reasons) == 1 and "Optimizer.zero_grad" in reasons[0], reasons
+
+
+def test_the_compiled_recurrent_update_equals_the_plain_pytorch_one():
+    """The losses and the recurrent pass's written-out backward, as inductor compiles them, update the networks as
+    the plain PyTorch PPO does (the GPU's graphed update runs this compiled code)."""
+    rnn_type = "lstm"
+    torch.manual_seed(0)
+    cfg = _cfg(rnn_type, **ONE_STEP)
+    cfg.compile = True
+    cfg.policy.recurrent_backend = "fused" if rnn_type else "auto"
+    learner = PPO(cfg, INTERFACE, "cpu")
+    batch = _batch(rnn_type)
+    reference = _reference_update(learner, batch)
+    initial = [p.detach().clone() for p in _learner_parameters(learner)]
+
+    stats = _update(learner, batch)
+
+    _assert_update_equals(learner, initial, stats, reference)

@@ -8,7 +8,6 @@ import os
 
 import pytest
 import torch
-from helpers import CPU_ARGS, REPO, assert_ok, run_dirs, run_script, scalars
 from tensordict import TensorDict
 from test_learner import (
     CLIP,
@@ -17,10 +16,10 @@ from test_learner import (
     INTERFACE,
     LAM,
     MAX_GRAD_NORM,
-    N,
     ONE_STEP,
     SEED,
     VALUE_COEF,
+    N,
     PlainNetwork,
     T,
     _batch,
@@ -29,6 +28,7 @@ from test_learner import (
 )
 from torch import nn
 
+from helpers import CPU_ARGS, REPO, assert_ok, run_dirs, run_script, scalars
 from isaaclab_torchrl.agents.torchrl_cfg import TorchRLSymmetryCfg
 from isaaclab_torchrl.runners import PPO
 from isaaclab_torchrl.symmetry import SymmetryError, read_symmetry
@@ -207,9 +207,7 @@ def test_cartpole_trains_with_its_symmetry_and_logs_the_mirror_loss(workdir):
 def test_a_symmetry_function_that_cannot_be_applied_is_one_line_and_exit_2(workdir):
     args = ["--task", "Isaac-Cartpole", "--agent", "torchrl_symmetry", "--max_iterations", "1", *CPU_ARGS]
     args.append("agent.algorithm.symmetry_cfg.data_augmentation_func=mirror_functions:clamped")
-    process = run_script(
-        "train.py", args, cwd=workdir, extra_env={"PYTHONPATH": os.path.join(REPO, "tests", "tasks")}
-    )
+    process = run_script("train.py", args, cwd=workdir, extra_env={"PYTHONPATH": os.path.join(REPO, "tests", "tasks")})
     assert process.returncode == 2, process.stderr[-3000:]
     (error,) = [line for line in process.stderr.splitlines() if line.startswith("[torchrl] error:")]
     assert "mirror_functions:clamped is not a mirror this runner can apply" in error

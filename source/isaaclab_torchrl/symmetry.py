@@ -82,8 +82,10 @@ def read_symmetry(function, env, groups: dict[str, int], obs_keys: tuple[str, ..
         form["obs"][name] = {"index": group_index.tolist(), "scale": scale[:, start:end].tolist()}
     _, actions_out = function(env=env, obs=None, actions=torch.cat((torch.zeros(1, action_dim), torch.eye(action_dim))))
     if actions_out.shape[0] != copies * (1 + action_dim):
-        raise SymmetryError(f"it mirrors the actions into {actions_out.shape[0] // (1 + action_dim)} copies and the "
-                            f"observations into {copies}")
+        raise SymmetryError(
+            f"it mirrors the actions into {actions_out.shape[0] // (1 + action_dim)} copies and the "
+            f"observations into {copies}"
+        )
     index, scale = _selection(actions_out.float(), copies, "actions")
     form["actions"] = {"index": index.tolist(), "scale": scale.tolist()}
     _check(function, env, groups, form, action_dim)

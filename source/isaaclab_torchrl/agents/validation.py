@@ -118,7 +118,9 @@ def _check_symmetry(agent_cfg: TorchRLRunnerCfg) -> None:
             "mirror. Use --agent torchrl_symmetry (an MLP) or set agent.algorithm.symmetry_cfg=null."
         )
     if symmetry.mirror_loss_coeff < 0:
-        raise ConfigError(f"agent.algorithm.symmetry_cfg.mirror_loss_coeff must be >= 0, got {symmetry.mirror_loss_coeff}.")
+        raise ConfigError(
+            f"agent.algorithm.symmetry_cfg.mirror_loss_coeff must be >= 0, got {symmetry.mirror_loss_coeff}."
+        )
 
 
 def check_tracker(logger: str) -> None:

@@ -12,7 +12,12 @@ from torch.utils.tensorboard import SummaryWriter
 from ..envs import EPISODE_LOG_KEY
 from .trackers import Tracker
 
-LOSS_TAGS = {"surrogate": "Loss/surrogate", "value": "Loss/value", "entropy": "Loss/entropy", "symmetry": "Loss/symmetry"}
+LOSS_TAGS = {
+    "surrogate": "Loss/surrogate",
+    "value": "Loss/value",
+    "entropy": "Loss/entropy",
+    "symmetry": "Loss/symmetry",
+}
 """PPO's losses under rsl_rl's tags (``symmetry`` with symmetry only); ``kl`` and ``grad_norm`` are ours
 (``Loss/kl``, ``Loss/grad_norm``)."""
 
