@@ -157,10 +157,9 @@ class TorchRLRunnerCfg:
     plain ones elsewhere. ``"off"``: the plain ones everywhere (synchronous collection). ``scripts/train.py``
     prints what was chosen."""
     compile: bool | None = None
-    """Compile PPO's loss and backward pass with ``torch.compile``; the compilation runs in the first iteration and
-    counts in its time. Alone it changes the GPU update's time little (the loss breaks into several graphs);
-    with :attr:`cudagraphs` the update is several times faster (``docs/benchmarks.md``). ``None``: see
-    :attr:`speed`."""
+    """Compile PPO's loss and backward pass with ``torch.compile`` (one graph each); the compilation runs in the first
+    iteration and counts in its time. With :attr:`cudagraphs` the update is several times faster than eager
+    (``docs/benchmarks.md``). ``None``: see :attr:`speed`."""
     cudagraphs: bool | None = None
     """Replay the PPO gradient step (loss and backward) as a CUDA graph (tensordict's ``CudaGraphModule``): the
     first two minibatches run eagerly and the third is captured, within the training loop. Needs a CUDA learner,
