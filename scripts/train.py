@@ -21,9 +21,9 @@ import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac La
 from isaaclab_torchrl import training
 from isaaclab_torchrl.agents.validation import ConfigError, speed_summary
 from isaaclab_torchrl.cli import UsageError, make_train_parser, parse_args
+from isaaclab_torchrl.runners.compilation import compile_cache_dir
 from isaaclab_torchrl.runners.distributed import parameter_checksum
 from isaaclab_torchrl.runners.on_policy_runner import TrackerStartError
-from isaaclab_torchrl.runners.ppo import compile_cache_dir
 from isaaclab_torchrl.runners.safety import NonFiniteError, WorkerFailure
 
 

@@ -19,7 +19,7 @@ from test_learner import (
 from test_symmetry import _learner as symmetric_learner
 
 from isaaclab_torchrl.runners import PPO
-from isaaclab_torchrl.runners.ppo import COMPILE_SETTINGS
+from isaaclab_torchrl.runners.compilation import COMPILE_SETTINGS
 
 pytestmark = pytest.mark.fast
 

@@ -49,13 +49,15 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
     ):
         super().__init__(env, clip_actions=clip_actions)
         self.obs_groups = resolve_obs_groups(obs_groups, self.unwrapped.single_observation_space)
+        self.next_obs_keys = list(dict.fromkeys(self.obs_groups["critic"] + self.obs_groups.get("rnd_state", [])))
+        """The groups whose true next observation each step keeps (the critic's; RND's novelty of the state reached)."""
         self.random_episode_start = random_episode_start
         # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets)
         self.env.reset()
         self.log_names = sorted(self.unwrapped.extras.get("log", {}).keys())
         rewards = self.full_reward_spec.clone()
         rewards[FINAL_OBS_KEY] = Composite(
-            {key: self.observation_spec[key].clone() for key in self.obs_groups["critic"]}, shape=self.batch_size
+            {key: self.observation_spec[key].clone() for key in self.next_obs_keys}, shape=self.batch_size
         )
         if self.log_names:
             rewards[EPISODE_LOG_KEY] = Composite(
@@ -66,7 +68,7 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         out = super()._step(tensordict)
-        out[FINAL_OBS_KEY] = out.select(*self.obs_groups["critic"])
+        out[FINAL_OBS_KEY] = out.select(*self.next_obs_keys)
         if self.log_names:
             out[EPISODE_LOG_KEY] = self._episode_log(out["done"])
         return out
@@ -131,7 +133,9 @@ def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
     """The observation groups the actor and the critic read, checked against the task's observation space.
 
     Like rsl_rl: without an ``"actor"`` entry the actor reads ``policy``; without a ``"critic"`` entry the critic
-    reads ``critic`` when the task defines it (asymmetric actor-critic), else the actor's groups.
+    reads ``critic`` when the task defines it (asymmetric actor-critic), else the actor's groups. With an
+    ``"rnd_state"`` entry (random network distillation), an empty one means the task's ``rnd_state`` group, else
+    ``policy``.
 
     Raises:
         ValueError: a group the task does not have, or one that is not a flat vector (images, nested groups).
@@ -142,7 +146,12 @@ def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
     groups = space.spaces
     actor = list(obs_groups.get("actor") or ["policy"])
     critic = list(obs_groups.get("critic") or (["critic"] if "critic" in groups else actor))
-    for name, keys in (("actor", actor), ("critic", critic)):
+    resolved = {"actor": actor, "critic": critic}
+    if "rnd_state" in obs_groups:
+        resolved["rnd_state"] = list(
+            obs_groups["rnd_state"] or (["rnd_state"] if "rnd_state" in groups else ["policy"])
+        )
+    for name, keys in resolved.items():
         for key in keys:
             if key not in groups:
                 raise ValueError(
@@ -155,7 +164,7 @@ def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
                     f"Observation group {key!r} is {group}; the torchrl runner reads flat vector groups only "
                     "(set concatenate_terms=True for the group; image observations are not supported yet)."
                 )
-    return {"actor": actor, "critic": critic}
+    return resolved
 
 
 class IsaacLabEnvFactory:
@@ -257,6 +266,15 @@ def symmetry_function(agent_cfg):
     return None if symmetry is None else symmetry.data_augmentation_func
 
 
+def env_obs_groups(agent_cfg) -> dict | None:
+    """The agent's ``obs_groups``, with an ``rnd_state`` entry (empty: the default) when it uses RND."""
+    if agent_cfg.algorithm.rnd_cfg is None:
+        return agent_cfg.obs_groups
+    obs_groups = dict(agent_cfg.obs_groups or {})
+    obs_groups.setdefault("rnd_state", None)
+    return obs_groups
+
+
 def make_env_factories(
     task: str, env_cfgs: list, agent_cfg, launcher_args: dict, external_callback: str | None = None
 ) -> list[IsaacLabEnvFactory]:
@@ -272,7 +290,7 @@ def make_env_factories(
             num_envs=num_envs,
             seed=agent_cfg.seed + index,
             clip_actions=agent_cfg.clip_actions,
-            obs_groups=agent_cfg.obs_groups,
+            obs_groups=env_obs_groups(agent_cfg),
             random_episode_start=agent_cfg.init_at_random_ep_len,
             external_callback=external_callback,
             symmetry_function=symmetry_function(agent_cfg),
@@ -290,6 +308,7 @@ def env_interface(env, symmetry_function=None) -> EnvInterface:
     """
     obs_spec = env.observation_spec
     groups = env.base_env.obs_groups
+    rnd_keys = tuple(groups.get("rnd_state", ()))
     symmetry = None
     if symmetry_function is not None:
         from .symmetry import read_symmetry
@@ -306,5 +325,8 @@ def env_interface(env, symmetry_function=None) -> EnvInterface:
         critic_obs_keys=tuple(groups["critic"]),
         critic_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in groups["critic"]),
         action_dim=int(env.action_spec.shape[-1]),
+        rnd_obs_keys=rnd_keys,
+        rnd_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in rnd_keys),
+        step_dt=float(env.base_env.unwrapped.step_dt),
         symmetry=symmetry,
     )

@@ -31,6 +31,11 @@ class EnvInterface:
     critic_obs_keys: tuple[str, ...]
     critic_obs_dim: int
     action_dim: int
+    rnd_obs_keys: tuple[str, ...] = ()
+    """The groups random network distillation reads (none without it)."""
+    rnd_obs_dim: int = 0
+    step_dt: float | None = field(default=None, compare=False)
+    """The task's seconds per env step (RND scales its weight by it)."""
     symmetry: dict | None = field(default=None, compare=False)
     """The task's symmetry (:func:`isaaclab_torchrl.symmetry.read_symmetry`) when the agent mirrors samples; not
     part of the sizes that are compared."""
@@ -42,9 +47,10 @@ class EnvInterface:
 
     def __str__(self) -> str:
         symmetry = f"; {self.symmetry['copies']} symmetric copies" if self.symmetry else ""
+        rnd = f"; RND reads {', '.join(self.rnd_obs_keys)} ({self.rnd_obs_dim})" if self.rnd_obs_keys else ""
         return (
             f"actor observes {', '.join(self.actor_obs_keys)} ({self.actor_obs_dim}), critic "
-            f"{', '.join(self.critic_obs_keys)} ({self.critic_obs_dim}); {self.action_dim} actions{symmetry}"
+            f"{', '.join(self.critic_obs_keys)} ({self.critic_obs_dim}); {self.action_dim} actions{symmetry}{rnd}"
         )
 
     @property

@@ -4,8 +4,8 @@ The port happens when a task's config is loaded, from the rsl_rl config that tas
 hyperparameters stay those Isaac Lab tuned for it, release after release. A few tasks get a variant of their
 port (see :data:`isaaclab_torchrl.agents.TASK_AGENTS`).
 
-What rsl_rl can do and this runner cannot (image encoders, custom model or algorithm classes, distillation,
-RND) makes the port raise :class:`UnsupportedAgentError` with the reason.
+What rsl_rl can do and this runner cannot (image encoders, custom model or algorithm classes, distillation) makes
+the port raise :class:`UnsupportedAgentError` with the reason.
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ import copy
 import io
 from collections.abc import Callable
 
-from .torchrl_cfg import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg, TorchRLSymmetryCfg
+from .torchrl_cfg import (
+    TorchRLPolicyCfg,
+    TorchRLPpoCfg,
+    TorchRLRndCfg,
+    TorchRLRndWeightScheduleCfg,
+    TorchRLRunnerCfg,
+    TorchRLSymmetryCfg,
+)
 
 RSL_RL_ENTRY_POINT = "rsl_rl_cfg_entry_point"
 RSL_RL_RECURRENT_ENTRY_POINT = "rsl_rl_recurrent_cfg_entry_point"
@@ -148,8 +155,6 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
             raise UnsupportedAgentError(f"its rsl_rl agent uses the custom model class {model.class_name}")
     if algorithm.class_name != "PPO":
         raise UnsupportedAgentError(f"its rsl_rl agent uses the custom algorithm {algorithm.class_name}")
-    if algorithm.rnd_cfg is not None:
-        raise UnsupportedAgentError("its rsl_rl agent uses random network distillation")
     if algorithm.optimizer != "adam":
         raise UnsupportedAgentError(f"its rsl_rl agent uses the {algorithm.optimizer} optimizer (only adam here)")
     if algorithm.normalize_advantage_per_mini_batch:
@@ -203,6 +208,7 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         lam=algorithm.lam,
         use_mixed_precision=getattr(algorithm, "use_mixed_precision", False),
         symmetry_cfg=_port_symmetry(algorithm.symmetry_cfg),
+        rnd_cfg=_port_rnd(algorithm.rnd_cfg),
     )
     obs_groups = rsl_cfg.obs_groups if isinstance(rsl_cfg.obs_groups, dict) else None
     experiment_name = rsl_cfg.experiment_name
@@ -236,6 +242,25 @@ def _port_symmetry(symmetry) -> TorchRLSymmetryCfg | None:
         use_mirror_loss=symmetry.use_mirror_loss,
         data_augmentation_func=symmetry.data_augmentation_func,
         mirror_loss_coeff=symmetry.mirror_loss_coeff,
+    )
+
+
+def _port_rnd(rnd) -> TorchRLRndCfg | None:
+    if rnd is None:
+        return None
+    schedule = None
+    if rnd.weight_schedule is not None:
+        fields = ("mode", "final_value", "initial_step", "final_step")
+        schedule = TorchRLRndWeightScheduleCfg(**{name: getattr(rnd.weight_schedule, name, None) for name in fields})
+    return TorchRLRndCfg(
+        weight=rnd.weight,
+        weight_schedule=schedule,
+        reward_normalization=rnd.reward_normalization,
+        state_normalization=rnd.state_normalization,
+        learning_rate=rnd.learning_rate,
+        num_outputs=rnd.num_outputs,
+        predictor_hidden_dims=list(rnd.predictor_hidden_dims),
+        target_hidden_dims=list(rnd.target_hidden_dims),
     )
 
 

@@ -83,6 +83,44 @@ class TorchRLSymmetryCfg:
     mirror_loss_coeff: float = 0.0
 
 
+RND_WEIGHT_SCHEDULES = ("constant", "step", "linear")
+
+
+@configclass
+class TorchRLRndWeightScheduleCfg:
+    """How the intrinsic reward's weight changes with the env steps (rsl_rl's weight schedules): ``"constant"``;
+    ``"step"``: :attr:`TorchRLRndCfg.weight` until ``final_step``, then ``final_value``; ``"linear"``: from the
+    weight at ``initial_step`` to ``final_value`` at ``final_step``. Steps count the env steps of one environment
+    (an iteration adds ``num_steps_per_env``)."""
+
+    mode: str = "constant"
+    final_value: float | None = None
+    initial_step: int | None = None
+    final_step: int | None = None
+
+
+@configclass
+class TorchRLRndCfg:
+    """Random network distillation (rsl_rl's ``RslRlRndCfg``, fields of the same names and meanings): an intrinsic
+    reward, the error of a trained predictor network against a fixed random target network on the ``rnd_state``
+    observation groups (``agent.obs_groups``; default: the task's ``rnd_state`` group, else ``policy``)."""
+
+    weight: float = 0.0
+    """The intrinsic reward's weight, multiplied by the task's step duration (rsl_rl's rule; a schedule's
+    ``final_value`` is not)."""
+    weight_schedule: TorchRLRndWeightScheduleCfg | None = None
+    reward_normalization: bool = False
+    """Divide the intrinsic reward by the running std of its discounted sum (rsl_rl's reward normalisation)."""
+    state_normalization: bool = False
+    """Normalise the networks' input with running mean and variance."""
+    learning_rate: float = 1e-3
+    num_outputs: int = 1
+    """Size of the embedding the predictor and the target output."""
+    predictor_hidden_dims: list[int] = [-1]
+    """Hidden layers of the predictor; ``-1``: the input's size."""
+    target_hidden_dims: list[int] = [-1]
+
+
 @configclass
 class TorchRLPpoCfg:
     """PPO with clipped objective, adaptive-KL learning rate and GAE."""
@@ -109,6 +147,8 @@ class TorchRLPpoCfg:
     name; the parameters, the optimizer and the gradients stay float32."""
     symmetry_cfg: TorchRLSymmetryCfg | None = None
     """Symmetry augmentation and mirror loss (MLP policies only, as in rsl_rl); ``None``: off."""
+    rnd_cfg: TorchRLRndCfg | None = None
+    """Random network distillation's intrinsic reward; ``None``: off."""
 
 
 @configclass

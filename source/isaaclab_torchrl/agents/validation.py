@@ -18,6 +18,7 @@ from .torchrl_cfg import (
     ACTIVATIONS,
     NOISE_STD_TYPES,
     RECURRENT_BACKENDS,
+    RND_WEIGHT_SCHEDULES,
     RNN_TYPES,
     SCHEDULES,
     SPEEDS,
@@ -121,6 +122,26 @@ def _check_symmetry(agent_cfg: TorchRLRunnerCfg) -> None:
         raise ConfigError(
             f"agent.algorithm.symmetry_cfg.mirror_loss_coeff must be >= 0, got {symmetry.mirror_loss_coeff}."
         )
+
+
+def _check_rnd(rnd) -> None:
+    """Rejects an RND config that rsl_rl's RND module could not run."""
+    if rnd.learning_rate <= 0 or rnd.num_outputs < 1:
+        raise ConfigError("agent.algorithm.rnd_cfg.learning_rate must be > 0 and num_outputs >= 1.")
+    for name in ("predictor_hidden_dims", "target_hidden_dims"):
+        if any(size != -1 and size < 1 for size in getattr(rnd, name)):
+            raise ConfigError(f"agent.algorithm.rnd_cfg.{name} holds sizes >= 1, or -1 (the input's size).")
+    schedule = rnd.weight_schedule
+    if schedule is None:
+        return
+    _one_of("agent.algorithm.rnd_cfg.weight_schedule.mode", schedule.mode, RND_WEIGHT_SCHEDULES)
+    needed = {"constant": (), "step": ("final_step", "final_value")}.get(schedule.mode)
+    needed = ("initial_step", "final_step", "final_value") if needed is None else needed
+    unset = [name for name in needed if getattr(schedule, name) is None]
+    if unset:
+        raise ConfigError(f"agent.algorithm.rnd_cfg.weight_schedule ({schedule.mode}) needs {', '.join(unset)}.")
+    if schedule.mode == "linear" and schedule.final_step <= schedule.initial_step:
+        raise ConfigError("agent.algorithm.rnd_cfg.weight_schedule: final_step must be after initial_step.")
 
 
 def check_tracker(logger: str) -> None:
@@ -248,9 +269,13 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         )
     if algo.symmetry_cfg is not None:
         _check_symmetry(agent_cfg)
-    unknown_sets = sorted(set(obs_groups) - {"actor", "critic"})
+    if algo.rnd_cfg is not None:
+        _check_rnd(algo.rnd_cfg)
+    unknown_sets = sorted(set(obs_groups) - {"actor", "critic", "rnd_state"})
     if unknown_sets:
-        raise ConfigError(f"agent.obs_groups has entries {unknown_sets}; only 'actor' and 'critic' are read.")
+        raise ConfigError(
+            f"agent.obs_groups has entries {unknown_sets}; only 'actor', 'critic' and 'rnd_state' are read."
+        )
     if agent_cfg.cudagraphs:
         if not agent_cfg.compile:
             raise ConfigError(

@@ -17,9 +17,13 @@ LOSS_TAGS = {
     "value": "Loss/value",
     "entropy": "Loss/entropy",
     "symmetry": "Loss/symmetry",
+    "rnd": "Loss/rnd",
+    "rnd_weight": "Rnd/weight",
+    "rnd_intrinsic_reward": "Rnd/intrinsic_reward_per_step",
 }
-"""PPO's losses under rsl_rl's tags (``symmetry`` with symmetry only); ``kl`` and ``grad_norm`` are ours
-(``Loss/kl``, ``Loss/grad_norm``)."""
+"""PPO's losses under rsl_rl's tags (``symmetry`` and ``rnd`` with those extensions); ``kl`` and ``grad_norm`` are ours
+(``Loss/kl``, ``Loss/grad_norm``), and RND's weight and mean intrinsic reward per step (rsl_rl logs its sum per
+episode)."""
 
 
 def finished_episodes(td: TensorDictBase) -> tuple[list[float], list[int]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 
 import torch
@@ -18,50 +17,19 @@ from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import FINAL_OBS_KEY
 from ..models import EnvInterface, make_collection_policy, make_models, noise_std, observation_normalizers
 from ..symmetry import Mirror
+from .compilation import COMPILE_SETTINGS, tf32_products
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
 from .gae import CollectedBatchGAE
 from .loss import ClipPPOLossWithKL
+from .rnd import RandomNetworkDistillation
 from .safety import NonFiniteError
 
 STEP_STATISTICS = ("surrogate", "value", "entropy", "kl", "grad_norm")
 """What each gradient step reports, in this order (with symmetry, ``symmetry`` before ``grad_norm``); the update
 returns their means."""
 
-COMPILE_SETTINGS = {"allow_rnn": True}
-"""torch.compile's settings while it traces the update. tensordict finds the actor's distribution by walking its
-modules, an ``nn.LSTM``/``nn.GRU`` among them, which dynamo refuses to wrap by default: it would run the whole loss
-eagerly, the recurrent pass's backward included. Those modules' own forward never runs in the update (the
-recurrent layers run :mod:`isaaclab_torchrl.recurrent`'s fused pass)."""
-
 MAX_IMPORTANCE_WEIGHT = 1.0
 """Truncation of the importance weight between the proximal and the acting policy (lag-corrected PPO)."""
-
-
-def compile_cache_dir() -> str:
-    """Where inductor keeps compiled graphs and kernels between runs: ``TORCHINDUCTOR_CACHE_DIR`` when the user set
-    it, else ``isaaclab_torchrl/torchinductor`` in the user's cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``),
-    which outlives a reboot where torch's own default (``/tmp/torchinductor_<user>``) may not.
-
-    Importing tensordict already sets the variable to torch's default, so that value counts as not set.
-    """
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if current and current != default_cache_dir():
-        return current
-    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache_home, "isaaclab_torchrl", "torchinductor")
-
-
-@contextlib.contextmanager
-def tf32_products(enabled: bool):
-    """CUDA float32 matrix products in TF32 inside the block (``agent.tf32``), as they were outside it after."""
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 class PPO:
@@ -111,7 +79,16 @@ class PPO:
         """The task's symmetry (rsl_rl's symmetry extension), or ``None``."""
         self.augmented = symmetry is not None and symmetry.use_data_augmentation
         """Whether every minibatch holds the mirrored copies of its samples."""
-        self.statistics = STEP_STATISTICS[:4] + (("symmetry",) if symmetry else ()) + STEP_STATISTICS[4:]
+        self.rnd = None
+        """Random network distillation (rsl_rl's RND extension), or ``None``."""
+        if algo.rnd_cfg is not None:
+            self.rnd = RandomNetworkDistillation(
+                algo.rnd_cfg, interface.rnd_obs_keys, interface.rnd_obs_dim, interface.step_dt, self.device
+            )
+            if distributed is not None:
+                broadcast_state(self.rnd)
+        extensions = (("symmetry",) if symmetry else ()) + (("rnd",) if self.rnd else ())
+        self.statistics = STEP_STATISTICS[:4] + extensions + STEP_STATISTICS[4:]
         self.loss = ClipPPOLossWithKL(
             self.actor,
             self.critic,
@@ -134,6 +111,7 @@ class PPO:
         # "loc" and "scale": the reference policy of the KL that drives the adaptive learning rate
         self.loss_keys += [key for key in ("loc", "scale") if key not in self.loss_keys]
         self.loss_keys += ["advantage", "value_target", "state_value"]
+        self.loss_keys += [key for key in interface.rnd_obs_keys if key not in self.loss_keys]
         # the learning rate is a tensor on the learner's device, adapted there, so that no minibatch waits for the
         # device to report its KL (Adam reads a tensor learning rate on CUDA with capturable=True)
         self.lr = torch.tensor(float(algo.learning_rate), device=self.device)
@@ -143,6 +121,14 @@ class PPO:
         self.clipped_groups = [list(self.actor.parameters()), list(self.critic.parameters())]
         self.recurrent = cfg.policy.rnn_type is not None
         self.optimizer = torch.optim.Adam(self.parameters, lr=self.lr, capturable=on_cuda, fused=True)
+        self.synced_parameters = list(self.parameters)
+        """What the ranks average the gradients of (with RND, the predictor's too)."""
+        if self.rnd is not None:  # the predictor's own Adam, unclipped, as in rsl_rl
+            predictor = list(self.rnd.predictor.parameters())
+            self.rnd_optimizer = torch.optim.Adam(
+                predictor, lr=algo.rnd_cfg.learning_rate, capturable=on_cuda, fused=True
+            )
+            self.synced_parameters += predictor
         self._loss_and_gradients = self.loss_and_gradients
         if cfg.compile:
             compiled = torch.compile(self.loss_and_gradients)
@@ -176,19 +162,26 @@ class PPO:
         if check:
             final_obs = [("next", FINAL_OBS_KEY, key) for key in self.interface.critic_obs_keys]
             self._check_finite(batch, [*self.interface.obs_keys, *final_obs, ("next", "reward")], "batch")
+        extension_stats = {}
+        if self.rnd is not None:  # the intrinsic reward of every step, from the state it reached
+            reward = batch["next", "reward"]
+            next_obs = batch["next", FINAL_OBS_KEY].reshape(-1, batch.shape[-1])
+            intrinsic = self.rnd.intrinsic_rewards(next_obs).view(reward.shape)
+            batch["next", "reward"] = reward + intrinsic
+            extension_stats = {"rnd_intrinsic_reward": intrinsic.mean(), "rnd_weight": self.rnd.weight}
+            rnd_obs = batch.select(*self.interface.rnd_obs_keys)
         batch = self.gae(batch)
         if check:
             self._check_finite(batch, ["advantage", "value_target"], "advantages")
         if algo.normalize_advantage:
             advantage = batch["advantage"]
             batch["advantage"] = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        lag_stats = {}
         if self.lag_corrected:
             proximal = self._proximal_distribution(batch)
             proximal_log_prob, weight = self._importance_weights(proximal, batch)
             truncated = proximal_log_prob - batch["action_log_prob"] > math.log(MAX_IMPORTANCE_WEIGHT)
             # kept on the device and read with the update's other statistics, so the epochs start without a wait
-            lag_stats = {"importance_weight": weight.mean(), "truncated_fraction": truncated.float().mean()}
+            extension_stats |= {"importance_weight": weight.mean(), "truncated_fraction": truncated.float().mean()}
             # the proximal policy is the reference of the ratio, the clip and the KL
             batch.update({"action_log_prob": proximal_log_prob, "loc": proximal.mean, "scale": proximal.stddev})
             batch["advantage"] = batch["advantage"] * weight.unsqueeze(-1)
@@ -211,13 +204,17 @@ class PPO:
                 if algo.schedule == "adaptive" and algo.desired_kl is not None:
                     self._adapt_learning_rate(stats[self.statistics.index("kl")])
                 self.optimizer.step()
+                if self.rnd is not None:
+                    self.rnd_optimizer.step()
                 sums = stats if sums is None else sums + stats
                 num_steps += 1
         # after the epochs, like rsl_rl: the batch was collected, and the proximal log-probabilities computed, with
         # the statistics from before it; a batch that stopped the update leaves them as they were
         self._update_normalizers(normalizer_samples)
+        if self.rnd is not None:
+            self.rnd.update_normalization(rnd_obs)
         stats = dict(zip(self.statistics, (sums / num_steps).tolist(), strict=True))
-        return {**stats, **{key: float(value) for key, value in lag_stats.items()}}
+        return {**stats, **{key: float(value) for key, value in extension_stats.items()}}
 
     def proximal_log_probs_and_weights(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """The log-probabilities of the batch's actions under the current policy, and the importance weights
@@ -263,10 +260,16 @@ class PPO:
             symmetry = self.cfg.algorithm.symmetry_cfg
             if symmetry is not None and symmetry.use_mirror_loss:
                 loss = loss + symmetry.mirror_loss_coeff * losses["loss_symmetry"]
+            if self.rnd is not None:  # the predictor's loss on the original samples; its own parameters
+                losses["loss_rnd"] = self.rnd.loss(minibatch[: minibatch.shape[0] // self.loss.copies])
+                loss = loss + losses["loss_rnd"]
         self.optimizer.zero_grad(set_to_none=True)
+        if self.rnd is not None:
+            self.rnd_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # "kl" is rsl_rl's analytic KL (see ClipPPOLossWithKL)
         keys = ("loss_objective", "loss_critic", "entropy", "kl_approx") + (("loss_symmetry",) if self.mirror else ())
+        keys += ("loss_rnd",) if self.rnd else ()
         return TensorDict(statistics=torch.stack([losses[key].detach().float() for key in keys]))
 
     def _average_and_clip_gradients(self) -> torch.Tensor:
@@ -274,7 +277,7 @@ class PPO:
         each to ``max_grad_norm`` (rsl_rl's rule); returns the norm of all gradients before the clipping."""
         if self.distributed is not None:
             with self._communication():
-                average_gradients(self.parameters)
+                average_gradients(self.synced_parameters)
         max_norm = self.cfg.algorithm.max_grad_norm
         norms = [torch.nn.utils.clip_grad_norm_(group, max_norm) for group in self.clipped_groups]
         return torch.linalg.vector_norm(torch.stack(norms))
@@ -348,12 +351,15 @@ class PPO:
         return float((self.batch_noise_std if std is None else std).mean())
 
     def state_dict(self) -> dict:
-        return {
+        state = {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "learning_rate": self.learning_rate,
         }
+        if self.rnd is not None:
+            state.update(rnd=self.rnd.state_dict(), rnd_optimizer=self.rnd_optimizer.state_dict())
+        return state
 
     def load_state_dict(self, state: dict, optimizer: bool = True) -> None:
         """Restores networks and, with ``optimizer``, the optimizer and the learning rate.
@@ -366,6 +372,10 @@ class PPO:
             self.critic.load_state_dict(state["critic"])
             if optimizer:
                 self.optimizer.load_state_dict(state["optimizer"])
+            if self.rnd is not None and "rnd" in state:
+                self.rnd.load_state_dict(state["rnd"])
+                if optimizer:
+                    self.rnd_optimizer.load_state_dict(state["rnd_optimizer"])
         except (RuntimeError, KeyError, ValueError) as exc:
             raise ValueError(f"different observation/action sizes or networks: {str(exc).splitlines()[0]}") from exc
         if optimizer:
