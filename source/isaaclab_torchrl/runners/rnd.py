@@ -62,7 +62,6 @@ class RandomNetworkDistillation(nn.Module):
         obs_keys: The observation groups it reads (concatenated).
         obs_dim: Their total size.
         step_dt: The task's seconds per env step (the weight is multiplied by it, as in rsl_rl).
-        gamma: Discount of the reward normalisation's running sum (rsl_rl's: 0.99, not the algorithm's).
         device: Where the networks live.
     """
 
@@ -72,6 +71,7 @@ class RandomNetworkDistillation(nn.Module):
         self.initial_weight = cfg.weight * step_dt
         self.weight = self.initial_weight
         self.gamma = 0.99
+        """Discount of the reward normalisation's running sum (rsl_rl's, not the algorithm's)."""
 
         def mlp(hidden: list[int]) -> MLP:
             sizes = [obs_dim if size == -1 else size for size in hidden]
