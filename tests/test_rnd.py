@@ -161,3 +161,20 @@ def test_a_task_with_rnd_trains_logs_and_resumes_its_weight_schedule(workdir):
     first_weights = dict(scalars(run_dir)["Rnd/weight"])
     assert first_weights[1] == pytest.approx(10.0 / 60.0) and first_weights[2] == 0.0
     assert weights[3] == 0.0
+
+
+@pytest.mark.fast
+def test_the_intrinsic_reward_of_a_state_falls_as_it_is_revisited():
+    torch.manual_seed(0)
+    rnd = RandomNetworkDistillation(TorchRLRndCfg(weight=1.0, num_outputs=8), ("policy",), SIZE, STEP_DT, "cpu")
+    visited = TensorDict(policy=torch.randn(64, SIZE), batch_size=[64])
+    novel = TensorDict(policy=torch.randn(64, SIZE) + 3.0, batch_size=[64])
+    before = rnd.intrinsic_rewards(visited.unsqueeze(1)).mean()
+    optimizer = torch.optim.Adam(rnd.predictor.parameters(), lr=1e-2)
+    for _ in range(200):  # the states are revisited: the predictor learns them
+        optimizer.zero_grad()
+        rnd.loss(visited).backward()
+        optimizer.step()
+    after = rnd.intrinsic_rewards(visited.unsqueeze(1)).mean()
+    assert after < 0.2 * before
+    assert rnd.intrinsic_rewards(novel.unsqueeze(1)).mean() > 2 * after, "states not visited stay novel"

@@ -212,3 +212,32 @@ def test_a_symmetry_function_that_cannot_be_applied_is_one_line_and_exit_2(workd
     (error,) = [line for line in process.stderr.splitlines() if line.startswith("[torchrl] error:")]
     assert "mirror_functions:clamped is not a mirror this runner can apply" in error
     assert "Traceback" not in process.stderr
+
+
+def negation(env=None, obs=None, actions=None):
+    """A mirror that negates every observation and action (Cartpole's left-right symmetry, for 3 and 2 columns)."""
+    obs_aug = actions_aug = None
+    if obs is not None:
+        obs_aug = obs.repeat(2)
+        obs_aug["policy"][obs.batch_size[0] :] = -obs["policy"]
+    if actions is not None:
+        actions_aug = torch.cat((actions, -actions))
+    return obs_aug, actions_aug
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_the_mirror_loss_of_a_symmetric_policy_is_zero_and_of_an_asymmetric_one_is_not(symmetric):
+    torch.manual_seed(0)
+    cfg = _cfg(None, **ONE_STEP)
+    cfg.policy.activation = "tanh"
+    cfg.algorithm.symmetry_cfg = TorchRLSymmetryCfg(data_augmentation_func=negation)
+    form = read_symmetry(negation, None, {"policy": 3}, ("policy",), 2)
+    learner = PPO(cfg, INTERFACE.__class__(**{**INTERFACE.__dict__, "symmetry": form}), "cpu")
+    if symmetric:  # tanh layers without biases: the mean is an odd function of the observation, like the mirror
+        with torch.no_grad():
+            for module in learner.actor.modules():
+                if isinstance(module, nn.Linear):
+                    module.bias.zero_()
+    loss = learner.mirror.mirror_loss(learner.actor, TensorDict(policy=torch.randn(64, 3), batch_size=[64]), False)
+    assert (float(loss) < 1e-12) is symmetric, float(loss)
