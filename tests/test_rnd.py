@@ -178,3 +178,17 @@ def test_the_intrinsic_reward_of_a_state_falls_as_it_is_revisited():
     after = rnd.intrinsic_rewards(visited.unsqueeze(1)).mean()
     assert after < 0.2 * before
     assert rnd.intrinsic_rewards(novel.unsqueeze(1)).mean() > 2 * after, "states not visited stay novel"
+
+
+@pytest.mark.fast
+def test_rnds_normalisers_stop_learning_after_rsl_rls_sample_count():
+    from isaaclab_torchrl.runners.rnd import UNTIL, RunningNormalizer
+
+    normalizer = RunningNormalizer(2)
+    normalizer.count.fill_(UNTIL - 1)
+    normalizer.update(torch.full((4, 2), 3.0))
+    assert normalizer.mean.tolist() != [0.0, 0.0] and int(normalizer.count) == UNTIL + 3
+    learned = {key: value.clone() for key, value in normalizer.state_dict().items()}
+    normalizer.update(torch.full((4, 2), -5.0))
+    for key, value in normalizer.state_dict().items():
+        assert torch.equal(value, learned[key]), key

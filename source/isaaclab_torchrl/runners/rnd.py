@@ -16,42 +16,27 @@ from torch import nn
 from torchrl.modules import MLP
 
 from ..agents.torchrl_cfg import TorchRLRndCfg
-from ..models import ACTIVATION_CLASSES
+from ..models import ACTIVATION_CLASSES, ObservationNormalizer
 
 UNTIL = int(1e8)
 """Samples after which RND's normalisers stop learning (rsl_rl's ``until``)."""
 
 
-class RunningNormalizer(nn.Module):
-    """rsl_rl's ``EmpiricalNormalization`` with ``until``: running mean and variance of the samples, learned until
-    :data:`UNTIL` samples."""
-
-    def __init__(self, size: int, eps: float = 1e-2, device=None):
-        super().__init__()
-        self.eps = eps
-        self.register_buffer("mean", torch.zeros(size, device=device))
-        self.register_buffer("var", torch.ones(size, device=device))
-        self.register_buffer("count", torch.zeros((), dtype=torch.long, device=device))
+class RunningNormalizer(ObservationNormalizer):
+    """rsl_rl's ``EmpiricalNormalization`` with ``until``: the observation normaliser's running statistics (the same
+    update), learned until :data:`UNTIL` samples; without a host sync, so that it can run at every step."""
 
     @property
     def std(self) -> torch.Tensor:
         return self.var.sqrt()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) / (self.std + self.eps)
-
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        if int(self.count) >= UNTIL:
-            return
-        x = x.reshape(-1, self.mean.shape[0])
-        count = x.shape[0]
-        mean, var = x.mean(0), x.var(0, unbiased=False)
-        self.count += count
-        rate = count / self.count
-        delta = mean - self.mean
-        self.mean += rate * delta
-        self.var += rate * (var - self.var + delta * (mean - self.mean))
+        learning = self.count < UNTIL
+        before = [self.mean.clone(), self.var.clone(), self.count.clone()]
+        super().update(x)
+        for statistic, old in zip((self.mean, self.var, self.count), before, strict=True):
+            statistic.copy_(torch.where(learning, statistic, old))
 
 
 class RandomNetworkDistillation(nn.Module):
