@@ -25,8 +25,8 @@ from .rnd import RandomNetworkDistillation
 from .safety import NonFiniteError
 
 STEP_STATISTICS = ("surrogate", "value", "entropy", "kl", "grad_norm")
-"""What each gradient step reports, in this order (with symmetry, ``symmetry`` before ``grad_norm``); the update
-returns their means."""
+"""What each gradient step reports, in this order (with symmetry or RND, ``symmetry`` and ``rnd`` before
+``grad_norm``); the update returns their means."""
 
 MAX_IMPORTANCE_WEIGHT = 1.0
 """Truncation of the importance weight between the proximal and the acting policy (lag-corrected PPO)."""
