@@ -25,6 +25,7 @@ from isaaclab_torchrl.runners.compilation import compile_cache_dir
 from isaaclab_torchrl.runners.distributed import parameter_checksum
 from isaaclab_torchrl.runners.on_policy_runner import TrackerStartError
 from isaaclab_torchrl.runners.safety import NonFiniteError, WorkerFailure
+from isaaclab_torchrl.workers import start_worker_server
 
 
 def error(message: str) -> None:
@@ -83,6 +84,10 @@ def main(argv: list[str]) -> int:
     # the compiled update's graphs and kernels persist in the user's cache folder: a second run compiles faster
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = compile_cache_dir()
     args, hydra_args = parse_args(make_train_parser(), argv)
+    if not args.print_config:
+        # the workers' imports, done by the process they are forked from while this one resolves the configs (it
+        # starts with this process's environment as it is now)
+        start_worker_server()
     try:
         run = training.prepare(args, hydra_args)
     except (UsageError, ConfigError) as exc:

@@ -198,11 +198,13 @@ class Training:
             self.descendants.setdefault(child.pid, child)
 
     def workers(self) -> list[psutil.Process]:
-        """The collector worker processes (spawned Python processes other than multiprocessing's helpers)."""
+        """The collector worker processes: spawned Python processes other than multiprocessing's helpers, or
+        forked by the fork server (whose own process is the training process's child)."""
         workers = []
         for child in psutil.Process(self.process.pid).children(recursive=True):
             cmdline = " ".join(child.cmdline())
-            if "spawn_main" in cmdline and "resource_tracker" not in cmdline:
+            spawned = "spawn_main" in cmdline and "resource_tracker" not in cmdline
+            if spawned or ("multiprocessing.forkserver" in cmdline and child.ppid() != self.process.pid):
                 workers.append(child)
         return workers
 

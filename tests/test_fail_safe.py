@@ -57,6 +57,20 @@ def test_killed_worker_stops_training_with_intact_checkpoints(workdir):
     _assert_checkpoint_plays(workdir, run_dir, iteration)
 
 
+def test_killed_training_process_leaves_no_process(workdir):
+    """SIGKILL of the training process (out of memory, a cluster scheduler) while its worker, forked by the fork
+    server, hangs: the server and the worker end at once all the same."""
+    training = Training(workdir, [*TASK_ARGS, "--max_iterations", "1000"])
+    training.wait_for_iteration(2)
+    (worker,) = training.workers()
+    server = psutil.Process(worker.ppid())
+    assert server.ppid() == training.process.pid and "forkserver" in " ".join(server.cmdline())
+    worker.send_signal(signal.SIGSTOP)  # a worker that can no longer notice anything itself
+    training.process.kill()
+    training.wait(timeout=30)
+    training.assert_no_process_left(grace=3.0)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_after_the_update_and_saves_it(workdir, signum):
     training = Training(workdir, [*TASK_ARGS, "--max_iterations", "1000"])

@@ -21,7 +21,6 @@ import importlib.metadata
 import importlib.util
 import inspect
 import json
-import multiprocessing
 import os
 import re
 
@@ -30,6 +29,7 @@ import cloudpickle
 from .envs import IsaacLabEnvFactory, env_interface
 from .models import EnvInterface
 from .symmetry import SymmetryError
+from .workers import worker_context
 
 CALLABLE = re.compile(r"^([A-Za-z_][\w.]*):[A-Za-z_][\w.]*$")
 """How Isaac Lab's ``class_to_dict`` writes a function or class of a config: ``module:qualified_name``."""
@@ -161,7 +161,7 @@ def probe_env_interface(factory: IsaacLabEnvFactory, timeout: float = 600.0) -> 
         external_callback=factory.external_callback,
         symmetry_function=factory.symmetry_function,
     )
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     queue = ctx.Queue()
     # cloudpickle, as torchrl's collectors use for their env factories: task configs may hold lambdas
     process = ctx.Process(target=_probe, args=(cloudpickle.dumps(probe), queue), daemon=True)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import gc
 import signal
 import sys
 import threading
 import time
+
+from ..workers import end_with_parent
 
 
 class WorkerFailure(RuntimeError):
@@ -44,8 +45,9 @@ def init_worker() -> None:
     """Run in each collector worker at its start.
 
     Ctrl-C reaches the whole process group, but the main process alone decides how training stops (it then
-    shuts the workers down), so workers ignore SIGINT. And a worker dies with its main process, even one killed
-    with SIGKILL (out of memory, a cluster scheduler), instead of living on as an orphan simulator.
+    shuts the workers down), so workers ignore SIGINT. And a worker dies with its parent, the main process or the
+    fork server (:mod:`isaaclab_torchrl.workers`, which dies with the main process), even one killed with SIGKILL
+    (out of memory, a cluster scheduler), instead of living on as an orphan simulator.
 
     At its exit, after its environment has closed, a worker's interpreter would spend seconds (longer than
     torchrl's shutdown waits before terminating it, ``docs/benchmarks.md``) in the garbage collections of its
@@ -53,9 +55,7 @@ def init_worker() -> None:
     """
     atexit.register(gc.freeze)  # runs after the handlers registered later (Isaac Lab's, Warp's), before the teardown
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform == "linux":
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    end_with_parent()
 
 
 class CollectorWatchdog:
