@@ -23,8 +23,8 @@ TRACKER_CLIENTS = {"wandb": "wandb", "neptune": "neptune", "mlflow": "mlflow"}
 
 
 @configclass
-class TorchRLPolicyCfg:
-    """Actor and critic networks."""
+class TorchRLActorCfg:
+    """A Gaussian actor (rsl_rl's actor model config): the network a policy acts with."""
 
     rnn_type: str | None = None
     """Recurrent layer in front of the MLPs: ``"lstm"``, ``"gru"`` or ``None`` for a plain MLP policy."""
@@ -38,7 +38,6 @@ class TorchRLPolicyCfg:
     graph, else ``"pad"``, the faster one eagerly (docs/benchmarks.md). Collection steps the layers one step at a
     time with cuDNN, whatever the backend; checkpoints move between backends."""
     actor_hidden_dims: list[int] = MISSING
-    critic_hidden_dims: list[int] = MISSING
     activation: str = "elu"
     """Name of a :mod:`torch.nn` activation, case-insensitive: one of :data:`ACTIVATIONS`."""
     init_noise_std: float = 1.0
@@ -59,8 +58,15 @@ class TorchRLPolicyCfg:
     actor_obs_normalization: bool = False
     """Normalise the actor's input with running mean and variance (rsl_rl's ``obs_normalization``), updated by the
     learner from each batch, sent to the workers with the weights, saved in checkpoints and exported."""
+
+
+@configclass
+class TorchRLPolicyCfg(TorchRLActorCfg):
+    """Actor and critic networks (the critic has the actor's activation and recurrent layer)."""
+
+    critic_hidden_dims: list[int] = MISSING
     critic_obs_normalization: bool = False
-    """The same for the critic's input."""
+    """Normalise the critic's input, as :attr:`actor_obs_normalization` the actor's."""
 
 
 @configclass
@@ -239,3 +245,4 @@ class TorchRLRunnerCfg:
     policy: TorchRLPolicyCfg = MISSING
     algorithm: TorchRLPpoCfg = MISSING
     collector: TorchRLCollectorCfg = TorchRLCollectorCfg()
+
