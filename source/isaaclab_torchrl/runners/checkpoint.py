@@ -36,7 +36,7 @@ def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:
         raise ValueError(f"Cannot read checkpoint {path}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
-    if not isinstance(state, dict) or not {"actor", "critic", "iteration", "config"} <= set(state):
+    if not isinstance(state, dict) or not {"actor", "iteration", "config"} <= set(state):
         raise ValueError(f"{path} is not a checkpoint of the isaaclab_torchrl runner.")
     return state
 
