@@ -219,7 +219,9 @@ class Distillation:
                 if optimizer:
                     self.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, KeyError, ValueError) as exc:
-            raise ValueError(f"different observation/action sizes or networks: {str(exc).splitlines()[0]}") from exc
+            # load_state_dict's first line is a heading; the next names the first tensor that does not fit
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise ValueError(f"different observation/action sizes or networks: {' '.join(lines[:2])}") from exc
         self.teacher = Teacher(self.cfg.teacher, {key: value.cpu() for key, value in teacher_state.items()})
         return resumes
 
