@@ -216,6 +216,50 @@ def test_a_teacher_that_does_not_fit_is_refused():
     check_teacher_checkpoint(cfg, checkpoint, TEACHER)
 
 
+@pytest.mark.fast
+@pytest.mark.parametrize("rnn_type", [None, "lstm"])
+def test_an_rsl_rl_checkpoints_actor_teaches_as_rsl_rl_runs_it(tmp_path, rnn_type):
+    from rsl_rl.models import MLPModel, RNNModel
+
+    torch.manual_seed(0)
+    first = TensorDict(policy=torch.randn(N, OBS), batch_size=[N])
+    gaussian = {"class_name": "GaussianDistribution", "init_std": 1.0}
+    rnn = {"rnn_type": rnn_type, "rnn_hidden_dim": 4} if rnn_type else {}
+    model = (RNNModel if rnn else MLPModel)(
+        first, {"actor": ["policy"]}, "actor", ACT, [8, 8], obs_normalization=True, distribution_cfg=gaussian, **rnn
+    )
+    model.update_normalization(TensorDict(policy=3.0 + 2.0 * torch.randn(100, OBS), batch_size=[100]))
+    path = str(tmp_path / "model_10.pt")  # as rsl_rl's OnPolicyRunner.save writes it
+    torch.save({"actor_state_dict": model.state_dict(), "critic_state_dict": {}, "iter": 10, "infos": None}, path)
+    cfg = _cfg()
+    cfg.teacher = TorchRLActorCfg(rnn_type=rnn_type, rnn_hidden_size=4, actor_hidden_dims=[8, 8])
+    cfg.teacher.actor_obs_normalization = True
+    learner = Distillation(cfg, _interface(), "cpu")
+    assert learner.load_state_dict(load_checkpoint(path, rsl_rl_teacher=True)) is False, "a new run"
+    teacher = make_actor(cfg.teacher, _interface(), "cpu", role="teacher")
+    teacher.load_state_dict(learner.teacher.state)
+
+    obs = 3.0 + 2.0 * torch.randn(T, N, OBS)
+    model.eval()
+    with torch.no_grad():
+        theirs = torch.stack([model(TensorDict(policy=obs[t], batch_size=[N])) for t in range(T)], 1)
+        steps = TensorDict(
+            policy=obs.transpose(0, 1), is_init=torch.zeros(N, T, 1, dtype=torch.bool), batch_size=[N, T]
+        )
+        steps["is_init"][:, 0] = True
+        for key in ("teacher_rnn_h", "teacher_rnn_c") if rnn_type else ():
+            steps[key] = torch.zeros(N, T, 1, 4)
+        with set_recurrent_mode(rnn_type is not None):
+            ours = teacher.deterministic(steps)["teacher_loc"]
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+    cfg.teacher.actor_hidden_dims = [8, 16]
+    with pytest.raises(ValueError, match=r"mlp.2.weight has the shape \[8, 8\], agent.teacher's \[16, 8\]"):
+        Distillation(cfg, _interface(), "cpu").load_state_dict(load_checkpoint(path, rsl_rl_teacher=True))
+    with pytest.raises(ValueError, match="is not a checkpoint of the isaaclab_torchrl runner"):
+        load_checkpoint(path)  # anything but a distillation run's teacher
+
+
 def _play(workdir, agent: str, checkpoint: str) -> float:
     process = run_script(
         "play.py",

@@ -92,7 +92,7 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
     if args.resume or args.checkpoint:
         run.checkpoint = checkpoint_path(experiment_root(agent_cfg.experiment_name), args.checkpoint, args.load_run)
         try:
-            state = load_checkpoint(run.checkpoint)
+            state = load_checkpoint(run.checkpoint, rsl_rl_teacher=distillation)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         if distillation:

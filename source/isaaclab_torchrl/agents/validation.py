@@ -173,9 +173,12 @@ def _check_distillation(agent_cfg: TorchRLDistillationRunnerCfg) -> None:
 
 def check_teacher_checkpoint(agent_cfg: TorchRLDistillationRunnerCfg, checkpoint: dict, path: str) -> None:
     """Rejects a checkpoint of this runner whose teacher (a PPO checkpoint's actor, a distillation checkpoint's
-    teacher) is not the network of ``agent.teacher``, naming the fields that differ."""
+    teacher) is not the network of ``agent.teacher``, naming the fields that differ. An rsl_rl checkpoint has no
+    config to compare: the shapes of its weights are checked when they are copied."""
     import yaml
 
+    if "config" not in checkpoint:
+        return
     trained = yaml.safe_load(checkpoint["config"])
     network = trained.get("teacher") if "teacher" in checkpoint else trained.get("policy")
     differ = [name for name in TEACHER_NETWORK_FIELDS if (network or {}).get(name) != getattr(agent_cfg.teacher, name)]

@@ -16,6 +16,7 @@ from torchrl.modules import set_recurrent_mode
 from ..agents.torchrl_cfg import TorchRLActorCfg, TorchRLDistillationRunnerCfg
 from ..models import CollectionPolicy, EnvInterface, make_actor, noise_std, observation_normalizers
 from .compilation import tf32_products
+from .rsl_rl_teacher import RSL_RL_ACTOR_KEY, rsl_rl_actor_state
 from .safety import NonFiniteError
 
 TEACHER_ACTION_KEY = "teacher_loc"
@@ -60,9 +61,9 @@ class StudentTeacherPolicyFactory:
 
 
 def teacher_only(checkpoint: dict) -> bool:
-    """Whether a checkpoint of this runner gives a distillation run its teacher only (a PPO checkpoint: its actor is
-    the teacher, as rsl_rl loads an RL checkpoint) rather than a distillation run to continue (student, teacher,
-    optimizer and iteration)."""
+    """Whether a checkpoint gives a distillation run its teacher only (a PPO checkpoint, this runner's or rsl_rl's:
+    its actor is the teacher, as rsl_rl loads an RL checkpoint) rather than a distillation run to continue
+    (student, teacher, optimizer and iteration)."""
     return "teacher" not in checkpoint
 
 
@@ -200,7 +201,7 @@ class Distillation:
 
     def load_state_dict(self, state: dict, optimizer: bool = True) -> bool:
         """Loads a distillation checkpoint (student, teacher and, with ``optimizer``, the optimizer), or the teacher
-        alone from a PPO checkpoint (:func:`teacher_only`).
+        alone from a PPO checkpoint (:func:`teacher_only`), this runner's or rsl_rl's.
 
         Returns:
             Whether the checkpoint continues a distillation run (its iteration and RNG state apply).
@@ -209,7 +210,10 @@ class Distillation:
             ValueError: the checkpoint's networks or sizes are not those of this config and task.
         """
         resumes = not teacher_only(state)
-        teacher_state = state["teacher"] if resumes else state["actor"]
+        if RSL_RL_ACTOR_KEY in state:  # an rsl_rl checkpoint's actor, copied into agent.teacher's network
+            teacher_state = rsl_rl_actor_state(state[RSL_RL_ACTOR_KEY], self.cfg.teacher, self.interface)
+        else:
+            teacher_state = state["teacher"] if resumes else state["actor"]
         self._check_teacher_sizes(state.get("interface"), resumes)
         try:
             # the teacher is built here only to check that its weights fit; the workers build their own

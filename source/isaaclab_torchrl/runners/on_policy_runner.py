@@ -198,7 +198,8 @@ class TorchRLRunner:
 
     def load(self, path: str, optimizer: bool = True) -> bool:
         """Restores networks, optimizer, learning rate, iteration counter and RNG state from a checkpoint; a
-        distillation run given a PPO checkpoint takes its teacher from it, and nothing else.
+        distillation run given a PPO checkpoint (this runner's or rsl_rl's) takes its teacher from it, and nothing
+        else.
 
         Args:
             optimizer: Restore the optimizer and the learning rate too; ``False`` keeps a fresh optimizer and the
@@ -210,7 +211,8 @@ class TorchRLRunner:
         Raises:
             ValueError: the checkpoint cannot be read or was trained with other networks or sizes.
         """
-        state = load_checkpoint(path, map_location=self.learner.device)
+        distillation = isinstance(self.cfg, TorchRLDistillationRunnerCfg)
+        state = load_checkpoint(path, map_location=self.learner.device, rsl_rl_teacher=distillation)
         try:
             continues = self.learner.load_state_dict(state, optimizer=optimizer)
         except ValueError as exc:
