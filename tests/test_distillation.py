@@ -157,7 +157,6 @@ def test_the_update_equals_rsl_rls_distillation(case):
     assert stats["grad_norm"] > (max_grad_norm or 0.0), "the clipping acted"
 
 
-@pytest.mark.fast
 def test_the_teacher_acts_beside_the_student_in_the_workers_and_the_sync_moves_the_student_only():
     torch.manual_seed(0)
     interface = EnvInterface(("observation",), 3, (), 0, 1, teacher_obs_keys=("observation",), teacher_obs_dim=3)
