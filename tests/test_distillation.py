@@ -99,8 +99,9 @@ def _rsl_rl_twin(learner: Distillation, cfg: TorchRLDistillationRunnerCfg, obs: 
 
 
 def _batch(rnn_type, obs: torch.Tensor, teacher: torch.Tensor) -> TensorDict:
-    """The collectors' layout ``[env, time]``: episode starts (``is_init``) after the done steps, and the recurrent
-    state each step started from (zero: the state of a fresh episode, as rsl_rl's first update starts)."""
+    """The synchronous collector's layout ``[worker, env, time]`` (one worker): episode starts (``is_init``) after
+    the done steps, and the recurrent state each step started from (zero: the state of a fresh episode, as rsl_rl's
+    first update starts)."""
     is_init = torch.zeros(N, T, 1, dtype=torch.bool)
     is_init[:, 0] = True
     for env, step in DONES:
@@ -110,7 +111,7 @@ def _batch(rnn_type, obs: torch.Tensor, teacher: torch.Tensor) -> TensorDict:
     )
     if rnn_type is not None:
         batch["actor_rnn_h"] = torch.zeros(N, T, 1, 4)
-    return batch
+    return batch.unsqueeze(0)
 
 
 CASES = {
@@ -144,7 +145,7 @@ def test_the_update_equals_rsl_rls_distillation(case):
 
     # the updated students act alike over the whole rollout (a recurrent one with its state reset after done steps)
     with torch.no_grad(), set_recurrent_mode(True):
-        ours = learner.actor.deterministic(batch.clone())["loc"]
+        ours = learner.actor.deterministic(batch[0].clone())["loc"]
     twin.student.reset()
     theirs = []
     with torch.no_grad():
@@ -157,12 +158,14 @@ def test_the_update_equals_rsl_rls_distillation(case):
     assert stats["grad_norm"] > (max_grad_norm or 0.0), "the clipping acted"
 
 
-def test_the_teacher_acts_beside_the_student_in_the_workers_and_the_sync_moves_the_student_only():
+@pytest.mark.parametrize("teacher_rnn", [None, "gru"])
+def test_the_teacher_acts_beside_the_student_in_the_workers_and_the_sync_moves_the_student_only(teacher_rnn):
     torch.manual_seed(0)
     interface = EnvInterface(("observation",), 3, (), 0, 1, teacher_obs_keys=("observation",), teacher_obs_dim=3)
-    learner = Distillation(_cfg(), interface, "cpu")
-    teacher_cfg = learner.cfg.teacher
-    teacher = make_actor(teacher_cfg, interface, "cpu", role="teacher")
+    cfg = _cfg()
+    cfg.teacher = TorchRLActorCfg(rnn_type=teacher_rnn, rnn_hidden_size=4, actor_hidden_dims=[8])
+    learner = Distillation(cfg, interface, "cpu")
+    teacher = make_actor(cfg.teacher, interface, "cpu", role="teacher")
     with torch.no_grad():
         for parameter in teacher.parameters():
             parameter.add_(0.5 * torch.randn_like(parameter))  # not the student's initial weights
@@ -178,6 +181,7 @@ def test_the_teacher_acts_beside_the_student_in_the_workers_and_the_sync_moves_t
         total_frames=-1,
         device="cpu",
         cat_results="stack",
+        auto_register_policy_transforms=True,  # the recurrent teacher's state and is_init, as the runner's workers
     )
     try:
         collector.update_policy_weights_()
@@ -186,7 +190,10 @@ def test_the_teacher_acts_beside_the_student_in_the_workers_and_the_sync_moves_t
             batch = next(batches)
             with torch.no_grad():
                 student = learner.actor.deterministic(batch.select("observation").clone())["loc"]
-                expected = teacher.deterministic(batch.select("observation").clone())["teacher_loc"]
+                # a recurrent teacher carried its state from step to step: over the rollout, from the state stored
+                # at its first step, it acts as in the worker
+                with set_recurrent_mode(teacher_rnn is not None):
+                    expected = teacher.deterministic(batch.exclude("teacher_loc").clone())["teacher_loc"]
             torch.testing.assert_close(batch["loc"], student)
             torch.testing.assert_close(batch["teacher_loc"], expected)
             assert not torch.allclose(batch["loc"], batch["teacher_loc"], atol=1e-2)

@@ -121,13 +121,15 @@ class Distillation:
         return StudentTeacherPolicyFactory(self.cfg.policy, self.interface, self.cfg.device, self.teacher)
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
-        """One update on a collected batch ``[envs, steps]``.
+        """One update on a collected batch ``[..., envs, steps]``.
 
         Raises:
             NonFiniteError: NaN/Inf in the batch, a loss or a gradient (with ``check_for_nan``).
         """
         with tf32_products(self.cfg.tf32):
-            return self._update(batch.to(self.device))
+            # one trajectory slice per environment, whatever the leading dims (synchronous collection stacks the
+            # workers' rollouts: [worker, env, time])
+            return self._update(batch.to(self.device).reshape(-1, batch.shape[-1]))
 
     def _update(self, batch: TensorDictBase) -> dict[str, float]:
         algo = self.cfg.algorithm
