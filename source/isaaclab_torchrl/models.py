@@ -215,11 +215,6 @@ def _recurrent_module(cfg: TorchRLActorCfg, in_key: str, input_size: int, name: 
     return (LSTMModule if lstm else GRUModule)(**kwargs, recurrent_backend="pad")
 
 
-ACTOR_ROLES = {"actor": "", "teacher": "teacher_"}
-"""The actors :func:`make_actor` builds, and the prefix of the keys each writes (``loc``, ``teacher_loc``, ...): a
-distillation run's teacher acts beside the student (the ``actor``) in one tensordict."""
-
-
 def make_actor(
     cfg: TorchRLActorCfg,
     interface: EnvInterface,
@@ -227,21 +222,18 @@ def make_actor(
     role: str = "actor",
     recurrent_module: nn.Module | None = None,
 ) -> GaussianActor:
-    """Builds a Gaussian actor (the config is checked by
-    :func:`isaaclab_torchrl.agents.validation.validate_policy_cfg`).
+    """Builds a Gaussian actor (its config checked by :func:`~isaaclab_torchrl.agents.validation.validate_policy_cfg`).
 
-    Args:
-        role: ``"actor"`` reads ``interface.actor_obs_keys`` and writes ``action``, ``loc``, ``scale`` and
-            ``action_log_prob``; ``"teacher"`` reads ``interface.teacher_obs_keys`` and writes the same keys with
-            ``teacher_`` in front. Either way the parameters are named alike, so that a checkpoint's actor loads
-            into a teacher.
+    ``role="actor"`` reads ``interface.actor_obs_keys`` and writes ``action``, ``loc``, ``scale`` and
+    ``action_log_prob``; ``role="teacher"`` (a distillation run's, beside the student in one tensordict) reads
+    ``interface.teacher_obs_keys`` and writes the same keys with ``teacher_`` in front. The parameters are named
+    alike either way, so that a checkpoint's actor loads into a teacher.
 
-    With ``cfg.rnn_type`` set, the actor starts with a recurrent layer (``cfg.recurrent_backend``, state
-    ``<role>_rnn_h[/_c]``); outside :func:`torchrl.modules.set_recurrent_mode` it runs step by step, as the
-    collectors need, and inside it over whole trajectory slices, as the updates need. ``recurrent_module``: that
-    layer, made beforehand (:func:`make_models`).
+    With ``cfg.rnn_type`` set, the actor starts with a recurrent layer (``recurrent_module`` when it is made
+    beforehand; state ``<role>_rnn_h[/_c]``); outside :func:`torchrl.modules.set_recurrent_mode` it runs step by
+    step, as the collectors need, and inside it over whole trajectory slices, as the updates need.
     """
-    prefix = ACTOR_ROLES[role]
+    prefix = "" if role == "actor" else f"{role}_"
     obs_keys, obs_dim = getattr(interface, f"{role}_obs_keys"), getattr(interface, f"{role}_obs_dim")
     layers, in_key, normalizer = _input_layers(obs_keys, cfg.actor_obs_normalization, obs_dim, role, device)
     rnn = None
@@ -286,52 +278,33 @@ def make_actor(
     return GaussianActor(TensorDictSequential(*layers), parts, prefix)
 
 
-def make_critic(
-    cfg: TorchRLPolicyCfg,
-    interface: EnvInterface,
-    device: torch.device | str,
-    recurrent_module: nn.Module | None = None,
-) -> TensorDictSequential:
-    """Builds the value network (writes ``state_value``), with the actor's activation and recurrent layer
-    (``recurrent_module``: that layer, made beforehand)."""
-    layers, in_key, _ = _input_layers(
-        interface.critic_obs_keys, cfg.critic_obs_normalization, interface.critic_obs_dim, "critic", device
-    )
-    in_dim = interface.critic_obs_dim
-    if cfg.rnn_type is not None:
-        layers.append(recurrent_module or _recurrent_module(cfg, in_key, in_dim, "critic_rnn", device))
-        in_key, in_dim = "critic_rnn_features", cfg.rnn_hidden_size
-    mlp = MLP(
-        in_features=in_dim,
-        out_features=1,
-        num_cells=list(cfg.critic_hidden_dims),
-        activation_class=ACTIVATION_CLASSES[cfg.activation.lower()],
-        device=device,
-    )
-    layers.append(TensorDictModule(mlp, in_keys=[in_key], out_keys=["state_value"]))
-    return TensorDictSequential(*layers)
-
-
 def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.device | str) -> Models:
-    """Builds the Gaussian actor (:func:`make_actor`) and the value network (:func:`make_critic`), each with its own
-    recurrent layer when ``cfg.rnn_type`` is set.
-
-    The recurrent layers are made first, the actor's then the critic's, and the MLPs after them: the order in which
-    a seed has always initialised the networks.
+    """Builds the Gaussian actor (:func:`make_actor`) and the value network, each with its own recurrent layer when
+    ``cfg.rnn_type`` is set, made first (the actor's, then the critic's), as a seed has always initialised them.
 
     Returns:
         ``(actor, critic)``: the actor writes ``action``, ``loc``, ``scale`` and ``action_log_prob`` and names its
         deterministic path (:class:`ActorParts`); the critic writes ``state_value``.
     """
-    actor_rnn = critic_rnn = None
-    if cfg.rnn_type is not None:
-        actor_key = _input_key(interface.actor_obs_keys, cfg.actor_obs_normalization, "actor")
-        critic_key = _input_key(interface.critic_obs_keys, cfg.critic_obs_normalization, "critic")
-        actor_rnn = _recurrent_module(cfg, actor_key, interface.actor_obs_dim, "actor_rnn", device)
-        critic_rnn = _recurrent_module(cfg, critic_key, interface.critic_obs_dim, "critic_rnn", device)
-    return Models(
-        make_actor(cfg, interface, device, recurrent_module=actor_rnn), make_critic(cfg, interface, device, critic_rnn)
+    critic_layers, critic_in, _ = _input_layers(
+        interface.critic_obs_keys, cfg.critic_obs_normalization, interface.critic_obs_dim, "critic", device
     )
+    actor_rnn, critic_in_dim = None, interface.critic_obs_dim
+    if cfg.rnn_type is not None:
+        actor_in = _input_key(interface.actor_obs_keys, cfg.actor_obs_normalization, "actor")
+        actor_rnn = _recurrent_module(cfg, actor_in, interface.actor_obs_dim, "actor_rnn", device)
+        critic_layers.append(_recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", device))
+        critic_in, critic_in_dim = "critic_rnn_features", cfg.rnn_hidden_size
+    actor = make_actor(cfg, interface, device, recurrent_module=actor_rnn)
+    critic_mlp = MLP(
+        in_features=critic_in_dim,
+        out_features=1,
+        num_cells=list(cfg.critic_hidden_dims),
+        activation_class=ACTIVATION_CLASSES[cfg.activation.lower()],
+        device=device,
+    )
+    critic_layers.append(TensorDictModule(critic_mlp, in_keys=[critic_in], out_keys=["state_value"]))
+    return Models(actor, TensorDictSequential(*critic_layers))
 
 
 def _input_key(keys: tuple[str, ...], normalize: bool, name: str) -> str:
