@@ -1,8 +1,8 @@
 """Installation script of the isaaclab_torchrl extension."""
 
 import os
-
 import tomllib
+
 from setuptools import find_packages, setup
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", "extension.toml"), "rb") as file:

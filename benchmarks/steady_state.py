@@ -2,9 +2,9 @@
 
     python benchmarks/steady_state.py logs/torchrl/cartpole_direct/<run> logs/rsl_rl/cartpole_direct/<run>
 
-Works for this project's runs and for rsl_rl's (both write params/env.yaml, params/agent.yaml and a
-``Loss/surrogate`` scalar per iteration). The first ``--warmup`` iterations are left out, so start-up
-(simulation launch, collector spawn, first compilation) does not count.
+Works for this project's runs, PPO's and distillation's, and for rsl_rl's (all write params/env.yaml,
+params/agent.yaml and a ``Loss/learning_rate`` scalar per iteration). The first ``--warmup`` iterations are left
+out, so start-up (simulation launch, collector spawn, first compilation) does not count.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def steps_per_iteration(run_dir: str) -> int:
 def steady_state_fps(run_dir: str, warmup: int) -> tuple[float, int]:
     accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
     accumulator.Reload()
-    events = accumulator.Scalars("Loss/surrogate")
+    events = accumulator.Scalars("Loss/learning_rate")
     if len(events) <= warmup + 1:
         raise SystemExit(f"{run_dir}: {len(events)} iterations logged, need more than warmup + 1 = {warmup + 1}")
     first, last = events[warmup], events[-1]

@@ -29,7 +29,7 @@ from isaaclab_torchrl.cli import (
     parse_args,
     resolve_task,
 )
-from isaaclab_torchrl.envs import IsaacLabEnvFactory, env_interface
+from isaaclab_torchrl.envs import IsaacLabEnvFactory, env_interface, env_obs_groups
 from isaaclab_torchrl.export import export_policy
 from isaaclab_torchrl.policy import load_policy
 from isaaclab_torchrl.runners import load_checkpoint
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
         experiment_dir = experiment_root(args.experiment_name or agent_cfg.experiment_name)
         path = checkpoint_path(experiment_dir, args.checkpoint, args.load_run)
         # the observation groups the checkpoint was trained with, not the registry's current default
-        obs_groups = yaml.safe_load(load_checkpoint(path)["config"]).get("obs_groups")
+        obs_groups = env_obs_groups(yaml.safe_load(load_checkpoint(path)["config"]))
         # Isaac Lab records videos from a visualizer, configured on the env config before the launch
         pre_launch_video_config(env_cfg, args)
         try:

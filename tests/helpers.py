@@ -40,6 +40,13 @@ def set_fields(cfg, values: dict) -> None:
         setattr(target, name, value)
 
 
+def tasks_env() -> dict:
+    """``PYTHONPATH`` for a script that loads the task modules made for the tests (``tests/tasks``), the caller's
+    own ``PYTHONPATH`` after them."""
+    paths = [os.path.join(REPO, "tests", "tasks"), os.environ.get("PYTHONPATH")]
+    return {"PYTHONPATH": os.pathsep.join(path for path in paths if path)}
+
+
 def worker_pids(output: str) -> dict[int, int]:
     """Collector index -> pid, from the line the runner prints when its workers start."""
     (line,) = WORKERS.findall(output)

@@ -5,10 +5,12 @@ import os
 import pytest
 
 import isaaclab_torchrl  # noqa: F401  (registers the tasks the agents are ported from)
-from helpers import CPU_ARGS, REPO, run_script, script_env, set_fields
+from helpers import CPU_ARGS, REPO, run_script, script_env, set_fields, tasks_env
 from isaaclab_torchrl.agents import ported_agent
 from isaaclab_torchrl.agents.validation import ConfigError, validate_agent_cfg
 
+DISTILLATION = ["--task", "distillation_agent:Isaac-Cartpole-Distillation-Test", "--agent", "torchrl_distillation"]
+TEACHER = os.path.join(REPO, "tests", "data", "cartpole_teacher", "model_100.pt")
 CASES = {
     "unknown task": (["--task", "Isaac-Does-Not-Exist"], "Unknown task 'Isaac-Does-Not-Exist'"),
     "task without a torchrl config": (["--task", "Isaac-Pendulum-MARL-Direct"], "has no torchrl agent config"),
@@ -92,6 +94,18 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "agent.algorithm.learning_rate=0"],
         "learning_rate must be > 0",
     ),
+    "distillation without a teacher": (
+        [*DISTILLATION],
+        "A distillation run learns from a teacher: name its checkpoint with --checkpoint",
+    ),
+    "teacher of other networks than agent.teacher": (
+        [*DISTILLATION, "--checkpoint", TEACHER, "agent.teacher.actor_hidden_dims=[64,64]"],
+        f"The teacher of checkpoint {TEACHER} has actor_hidden_dims=[32, 32], which agent.teacher does not",
+    ),
+    "unknown distillation loss": (
+        [*DISTILLATION, "--checkpoint", TEACHER, "agent.algorithm.loss_type=l1"],
+        "agent.algorithm.loss_type must be one of ('mse', 'huber'), got 'l1'",
+    ),
 }
 
 
@@ -149,9 +163,8 @@ def test_incompatible_speed_options_are_rejected(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_is_rejected_cleanly(workdir, case):
     args, message = CASES[case]
-    tasks = {"PYTHONPATH": os.path.join(REPO, "tests", "tasks")}  # the task modules made for the tests
     process = run_script(
-        "train.py", [*args, "--max_iterations", "1", *CPU_ARGS], cwd=workdir, timeout=300, extra_env=tasks
+        "train.py", [*args, "--max_iterations", "1", *CPU_ARGS], cwd=workdir, timeout=300, extra_env=tasks_env()
     )
     assert process.returncode == 2, process.stderr[-3000:]
     errors = [line for line in process.stderr.splitlines() if line.startswith("[torchrl] error:")]

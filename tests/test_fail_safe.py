@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-from helpers import CPU_ARGS, REPO, Training, assert_ok, run_dirs, run_script, scalars, worker_pids
+from helpers import CPU_ARGS, Training, assert_ok, run_dirs, run_script, scalars, tasks_env, worker_pids
 from isaaclab_torchrl.runners.safety import CollectorWatchdog, WorkerFailure
 
 TASK_ARGS = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", *CPU_ARGS]
@@ -158,7 +158,7 @@ def test_watchdog_ends_a_wait_that_catches_its_signal(then):
 
 
 def test_nan_rewards_stop_training_and_keep_the_parameters_from_before(workdir):
-    env = {"PYTHONPATH": os.path.join(REPO, "tests", "tasks")}
+    env = tasks_env()
     args = ["--task", "nan_cartpole:Isaac-Cartpole-NaN-Test", "--num_envs", "16", *CPU_ARGS]
     process = run_script(
         "train.py", [*args, "--max_iterations", "10", "agent.save_interval=100"], workdir, extra_env=env

@@ -14,10 +14,10 @@ import sys
 import pytest
 from isaaclab_rl.entrypoints.backends import play_rsl_rl, train_rsl_rl
 
-from helpers import CPU_ARGS, REPO, assert_ok, run_dirs, run_script
+from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, tasks_env
 from isaaclab_torchrl.cli import make_play_parser, make_train_parser, parse_args
 
-TASKS = {"PYTHONPATH": os.path.join(REPO, "tests", "tasks")}
+TASKS = tasks_env()
 PARSERS = {"train": (train_rsl_rl._parse_args, make_train_parser), "play": (play_rsl_rl._parse_args, make_play_parser)}
 HYDRA = ["physics=newton_mjwarp", "agent.seed=3"]  # left for Hydra, by both
 HELP = ("-h", "--help")

@@ -5,14 +5,14 @@ import os
 
 import torch
 
-from helpers import CPU_ARGS, REPO, assert_ok, run_dirs, run_script
+from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, tasks_env
 
 TASK = "asymmetric_cartpole:Isaac-Cartpole-Asymmetric-Test"
 NORMALIZE = ["agent.policy.actor_obs_normalization=true", "agent.policy.critic_obs_normalization=true"]
 
 
 def test_asymmetric_critic_with_normalisation_trains_and_plays(workdir):
-    env = {"PYTHONPATH": os.path.join(REPO, "tests", "tasks")}
+    env = tasks_env()
     task = ["--task", TASK, *CPU_ARGS]
     process = run_script(
         "train.py", [*task, "--num_envs", "16", "--max_iterations", "2", *NORMALIZE], cwd=workdir, extra_env=env

@@ -274,3 +274,64 @@ def test_an_rsl_rl_field_the_port_does_not_honour_is_refused_by_name():
     rsl.critic.activation = "tanh"
     with pytest.raises(UnsupportedAgentError, match="critic's activation tanh differs"):
         port_rsl_rl_cfg(rsl)
+
+
+DISTILLATION_FIELDS = {
+    # our field: the rsl_rl field it is ported from (RslRlDistillationRunnerCfg)
+    **{ours: theirs for ours, theirs in PORTED_FIELDS.items() if not ours.startswith(("algorithm.", "policy."))},
+    "obs_groups": "obs_groups",
+    "algorithm.num_learning_epochs": "algorithm.num_learning_epochs",
+    "algorithm.learning_rate": "algorithm.learning_rate",
+    "algorithm.gradient_length": "algorithm.gradient_length",
+    "algorithm.max_grad_norm": "algorithm.max_grad_norm",
+    "algorithm.optimizer": "algorithm.optimizer",
+    "algorithm.loss_type": "algorithm.loss_type",
+    "policy.actor_hidden_dims": "student.hidden_dims",
+    "policy.activation": "student.activation",
+    "policy.actor_obs_normalization": "student.obs_normalization",
+    "policy.init_noise_std": "student.distribution_cfg.init_std",
+    "policy.noise_std_type": "student.distribution_cfg.std_type",
+    "policy.std_range": "student.distribution_cfg.std_range",
+    "teacher.actor_hidden_dims": "teacher.hidden_dims",
+    "teacher.activation": "teacher.activation",
+    "teacher.actor_obs_normalization": "teacher.obs_normalization",
+}
+
+
+def test_distillation_agents_are_rsl_rls_ported_field_by_field():
+    """Walks the gym registry: every task with an rsl_rl distillation agent (and recurrent one) resolves
+    `--agent torchrl_distillation` (`torchrl_distillation_lstm`) to a valid config whose fields are rsl_rl's."""
+    import argparse
+
+    from isaaclab_torchrl.agents import TorchRLDistillationRunnerCfg
+    from isaaclab_torchrl.agents.validation import validate_agent_cfg
+    from isaaclab_torchrl.cli import resolve_task
+
+    agents = {"torchrl_distillation": "rsl_rl_distillation_cfg_entry_point"}
+    agents["torchrl_distillation_lstm"] = "rsl_rl_distillation_recurrent_cfg_entry_point"
+    ported = []
+    for task in sorted(gym.registry):
+        for agent, key in agents.items():
+            if key not in gym.spec(task).kwargs:
+                continue
+            args = argparse.Namespace(task=task, agent=agent, device="cpu", num_envs=4096, seed=None)
+            env_cfg, cfg = resolve_task(args, [])
+            validate_agent_cfg(cfg, env_cfg.scene.num_envs)
+            assert isinstance(cfg, TorchRLDistillationRunnerCfg), (task, agent)
+            rsl = _rsl_rl_cfg(task, key)
+            for ours, theirs in DISTILLATION_FIELDS.items():
+                assert _field(cfg, ours) == _field(rsl, theirs), (task, agent, ours, theirs)
+            for name in ("student", "teacher"):
+                model, ours = getattr(rsl, name), getattr(cfg, "policy" if name == "student" else name)
+                rnn = (
+                    (model.rnn_type, model.rnn_hidden_dim, model.rnn_num_layers) if hasattr(model, "rnn_type") else None
+                )
+                assert (rnn and (ours.rnn_type, ours.rnn_hidden_size, ours.rnn_num_layers)) == rnn, (task, agent, name)
+            suffix = "_lstm" if key.endswith("recurrent_cfg_entry_point") else ""
+            assert cfg.experiment_name == rsl.experiment_name + suffix, (task, agent)
+            ported.append((task, agent))
+    # ANYmal-D flat's two (docs/tasks.md)
+    assert ported == [
+        ("Isaac-Velocity-Flat-AnymalD", "torchrl_distillation"),
+        ("Isaac-Velocity-Flat-AnymalD", "torchrl_distillation_lstm"),
+    ]

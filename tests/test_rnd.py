@@ -144,9 +144,9 @@ def test_rsl_rls_rnd_config_ports_field_by_field():
 
 
 def test_a_task_with_rnd_trains_logs_and_resumes_its_weight_schedule(workdir):
-    from helpers import CPU_ARGS, REPO, assert_ok, run_dirs, run_script, scalars
+    from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars, tasks_env
 
-    tasks = {"PYTHONPATH": os.path.join(REPO, "tests", "tasks")}
+    tasks = tasks_env()
     args = ["--task", "rnd_agent:Isaac-Cartpole-Rnd-Test", "--num_envs", "16", *CPU_ARGS]
     first = run_script("train.py", [*args, "--max_iterations", "2"], cwd=workdir, extra_env=tasks)
     assert_ok(first)

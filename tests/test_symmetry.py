@@ -4,8 +4,6 @@ follows rsl_rl's rules (surrogate and value losses over all copies with the old 
 advantages and returns repeated; entropy and the adaptive learning rate's KL over the original samples; the mirror
 loss between the actor's mean on mirrored observations and the mirrored mean, the latter a fixed target)."""
 
-import os
-
 import pytest
 import torch
 from tensordict import TensorDict
@@ -28,7 +26,7 @@ from test_learner import (
 )
 from torch import nn
 
-from helpers import CPU_ARGS, REPO, assert_ok, run_dirs, run_script, scalars
+from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars, tasks_env
 from isaaclab_torchrl.agents.torchrl_cfg import TorchRLSymmetryCfg
 from isaaclab_torchrl.runners import PPO
 from isaaclab_torchrl.symmetry import SymmetryError, read_symmetry
@@ -207,7 +205,7 @@ def test_cartpole_trains_with_its_symmetry_and_logs_the_mirror_loss(workdir):
 def test_a_symmetry_function_that_cannot_be_applied_is_one_line_and_exit_2(workdir):
     args = ["--task", "Isaac-Cartpole", "--agent", "torchrl_symmetry", "--max_iterations", "1", *CPU_ARGS]
     args.append("agent.algorithm.symmetry_cfg.data_augmentation_func=mirror_functions:clamped")
-    process = run_script("train.py", args, cwd=workdir, extra_env={"PYTHONPATH": os.path.join(REPO, "tests", "tasks")})
+    process = run_script("train.py", args, cwd=workdir, extra_env=tasks_env())
     assert process.returncode == 2, process.stderr[-3000:]
     (error,) = [line for line in process.stderr.splitlines() if line.startswith("[torchrl] error:")]
     assert "mirror_functions:clamped is not a mirror this runner can apply" in error

@@ -50,15 +50,17 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         super().__init__(env, clip_actions=clip_actions)
         self.obs_groups = resolve_obs_groups(obs_groups, self.unwrapped.single_observation_space)
         self.next_obs_keys = list(dict.fromkeys(self.obs_groups["critic"] + self.obs_groups.get("rnd_state", [])))
-        """The groups whose true next observation each step keeps (the critic's; RND's novelty of the state reached)."""
+        """The groups whose true next observation each step keeps (the critic's; RND's novelty of the state reached);
+        none for a distillation run, which has no critic."""
         self.random_episode_start = random_episode_start
         # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets)
         self.env.reset()
         self.log_names = sorted(self.unwrapped.extras.get("log", {}).keys())
         rewards = self.full_reward_spec.clone()
-        rewards[FINAL_OBS_KEY] = Composite(
-            {key: self.observation_spec[key].clone() for key in self.next_obs_keys}, shape=self.batch_size
-        )
+        if self.next_obs_keys:
+            rewards[FINAL_OBS_KEY] = Composite(
+                {key: self.observation_spec[key].clone() for key in self.next_obs_keys}, shape=self.batch_size
+            )
         if self.log_names:
             rewards[EPISODE_LOG_KEY] = Composite(
                 {name: Unbounded((*self.batch_size, 1), device=self.device) for name in self.log_names},
@@ -68,7 +70,8 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         out = super()._step(tensordict)
-        out[FINAL_OBS_KEY] = out.select(*self.next_obs_keys)
+        if self.next_obs_keys:
+            out[FINAL_OBS_KEY] = out.select(*self.next_obs_keys)
         if self.log_names:
             out[EPISODE_LOG_KEY] = self._episode_log(out["done"])
         return out
@@ -135,7 +138,9 @@ def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
     Like rsl_rl: without an ``"actor"`` entry the actor reads ``policy``; without a ``"critic"`` entry the critic
     reads ``critic`` when the task defines it (asymmetric actor-critic), else the actor's groups. With an
     ``"rnd_state"`` entry (random network distillation), an empty one means the task's ``rnd_state`` group, else
-    ``policy``.
+    ``policy``. With a ``"teacher"`` entry (a distillation run) the actor is the student, which reads
+    ``"student"``, the teacher reads ``"teacher"`` (empty: the task's group of that name, else ``policy``), and there
+    is no critic.
 
     Raises:
         ValueError: a group the task does not have, or one that is not a flat vector (images, nested groups).
@@ -144,18 +149,26 @@ def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
 
     obs_groups = dict(obs_groups or {})
     groups = space.spaces
-    actor = list(obs_groups.get("actor") or ["policy"])
-    critic = list(obs_groups.get("critic") or (["critic"] if "critic" in groups else actor))
-    resolved = {"actor": actor, "critic": critic}
+
+    def named_or_policy(name: str) -> list[str]:
+        return list(obs_groups.get(name) or ([name] if name in groups else ["policy"]))
+
+    if "teacher" in obs_groups:
+        resolved = {"actor": named_or_policy("student"), "critic": [], "teacher": named_or_policy("teacher")}
+    else:
+        actor = list(obs_groups.get("actor") or ["policy"])
+        resolved = {
+            "actor": actor,
+            "critic": list(obs_groups.get("critic") or (["critic"] if "critic" in groups else actor)),
+        }
     if "rnd_state" in obs_groups:
-        resolved["rnd_state"] = list(
-            obs_groups["rnd_state"] or (["rnd_state"] if "rnd_state" in groups else ["policy"])
-        )
+        resolved["rnd_state"] = named_or_policy("rnd_state")
+    names = {"actor": "student"} if "teacher" in obs_groups else {}
     for name, keys in resolved.items():
         for key in keys:
             if key not in groups:
                 raise ValueError(
-                    f"The {name} reads observation group {key!r}, which the task does not have "
+                    f"The {names.get(name, name)} reads observation group {key!r}, which the task does not have "
                     f"(groups: {sorted(groups)}); set agent.obs_groups."
                 )
             group = groups[key]
@@ -262,15 +275,23 @@ class IsaacLabEnvFactory:
 
 def symmetry_function(agent_cfg):
     """The agent's symmetry augmentation function, or ``None`` without symmetry."""
-    symmetry = agent_cfg.algorithm.symmetry_cfg
+    symmetry = getattr(agent_cfg.algorithm, "symmetry_cfg", None)
     return None if symmetry is None else symmetry.data_augmentation_func
 
 
 def env_obs_groups(agent_cfg) -> dict | None:
-    """The agent's ``obs_groups``, with an ``rnd_state`` entry (empty: the default) when it uses RND."""
-    if agent_cfg.algorithm.rnd_cfg is None:
-        return agent_cfg.obs_groups
-    obs_groups = dict(agent_cfg.obs_groups or {})
+    """The agent's ``obs_groups`` as the env wrapper reads them (:func:`resolve_obs_groups`): with an ``rnd_state``
+    entry (empty: the default) when it uses RND, with ``student`` and ``teacher`` entries for a distillation run.
+
+    Args:
+        agent_cfg: The agent config, or its dict (a checkpoint's ``config``).
+    """
+    cfg = agent_cfg if isinstance(agent_cfg, dict) else agent_cfg.to_dict()
+    obs_groups = dict(cfg.get("obs_groups") or {})
+    if "teacher" in cfg:
+        return {"student": None, "teacher": None, **obs_groups}
+    if (cfg.get("algorithm") or {}).get("rnd_cfg") is None:
+        return cfg.get("obs_groups")
     obs_groups.setdefault("rnd_state", None)
     return obs_groups
 
@@ -308,7 +329,7 @@ def env_interface(env, symmetry_function=None) -> EnvInterface:
     """
     obs_spec = env.observation_spec
     groups = env.base_env.obs_groups
-    rnd_keys = tuple(groups.get("rnd_state", ()))
+    rnd_keys, teacher_keys = tuple(groups.get("rnd_state", ())), tuple(groups.get("teacher", ()))
     symmetry = None
     if symmetry_function is not None:
         from .symmetry import read_symmetry
@@ -327,6 +348,8 @@ def env_interface(env, symmetry_function=None) -> EnvInterface:
         action_dim=int(env.action_spec.shape[-1]),
         rnd_obs_keys=rnd_keys,
         rnd_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in rnd_keys),
+        teacher_obs_keys=teacher_keys,
+        teacher_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in teacher_keys),
         step_dt=float(env.base_env.unwrapped.step_dt),
         symmetry=symmetry,
     )

@@ -12,7 +12,7 @@ from tensordict.nn.utils import mappings
 from torch import nn
 from torchrl.modules import MLP, GRUModule, IndependentNormal, LSTMModule, ProbabilisticActor
 
-from .agents.torchrl_cfg import TorchRLPolicyCfg
+from .agents.torchrl_cfg import TorchRLActorCfg, TorchRLPolicyCfg
 from .recurrent import FusedGRUModule, FusedLSTMModule
 
 
@@ -34,6 +34,9 @@ class EnvInterface:
     rnd_obs_keys: tuple[str, ...] = ()
     """The groups random network distillation reads (none without it)."""
     rnd_obs_dim: int = 0
+    teacher_obs_keys: tuple[str, ...] = ()
+    """The groups a distillation run's teacher reads (none without one)."""
+    teacher_obs_dim: int = 0
     step_dt: float | None = field(default=None, compare=False)
     """The task's seconds per env step (RND scales its weight by it)."""
     symmetry: dict | None = field(default=None, compare=False)
@@ -48,10 +51,11 @@ class EnvInterface:
     def __str__(self) -> str:
         symmetry = f"; {self.symmetry['copies']} symmetric copies" if self.symmetry else ""
         rnd = f"; RND reads {', '.join(self.rnd_obs_keys)} ({self.rnd_obs_dim})" if self.rnd_obs_keys else ""
-        return (
-            f"actor observes {', '.join(self.actor_obs_keys)} ({self.actor_obs_dim}), critic "
-            f"{', '.join(self.critic_obs_keys)} ({self.critic_obs_dim}); {self.action_dim} actions{symmetry}{rnd}"
-        )
+        readers = [("critic", self.critic_obs_keys, self.critic_obs_dim)]
+        readers.append(("teacher", self.teacher_obs_keys, self.teacher_obs_dim))
+        observes = f"actor observes {', '.join(self.actor_obs_keys)} ({self.actor_obs_dim})"
+        observes += "".join(f", {name} {', '.join(keys)} ({dim})" for name, keys, dim in readers if keys)
+        return f"{observes}; {self.action_dim} actions{symmetry}{rnd}"
 
     @property
     def obs_keys(self) -> tuple[str, ...]:
@@ -170,15 +174,21 @@ class ActorParts:
 class GaussianActor(ProbabilisticActor):
     """torchrl's :class:`~torchrl.modules.ProbabilisticActor` with its deterministic path named (:attr:`parts`)."""
 
-    def __init__(self, module: TensorDictSequential, parts: ActorParts):
+    def __init__(self, module: TensorDictSequential, parts: ActorParts, prefix: str = ""):
         super().__init__(
             module,
-            in_keys=["loc", "scale"],
-            out_keys=["action"],
+            in_keys=[f"{prefix}loc", f"{prefix}scale"],
+            out_keys=[f"{prefix}action"],
             distribution_class=IndependentNormal,
             return_log_prob=True,
+            log_prob_key=f"{prefix}action_log_prob",
         )
         self.parts = parts  # a plain attribute: the modules are registered once, inside ``module``
+
+    @property
+    def deterministic(self) -> TensorDictSequential:
+        """The actor without its sampling step: observations in, the mean (``loc``) and the std (``scale``) out."""
+        return self.module[0]
 
 
 class Models(NamedTuple):
@@ -188,7 +198,7 @@ class Models(NamedTuple):
     critic: TensorDictSequential
 
 
-def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name: str, device):
+def _recurrent_module(cfg: TorchRLActorCfg, in_key: str, input_size: int, name: str, device):
     """An LSTM/GRU module reading ``in_key`` and writing ``<name>_features``; its state is ``<name>_h[/_c]``."""
     lstm = cfg.rnn_type == "lstm"
     state_keys = [f"{name}_h", f"{name}_c"] if lstm else [f"{name}_h"]
@@ -205,54 +215,54 @@ def _recurrent_module(cfg: TorchRLPolicyCfg, in_key: str, input_size: int, name:
     return (LSTMModule if lstm else GRUModule)(**kwargs, recurrent_backend="pad")
 
 
-def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.device | str) -> Models:
-    """Builds the Gaussian actor and the value network (the config is checked by
-    :func:`isaaclab_torchrl.agents.validation.validate_policy_cfg`).
+def make_actor(
+    cfg: TorchRLActorCfg,
+    interface: EnvInterface,
+    device: torch.device | str,
+    role: str = "actor",
+    recurrent_module: nn.Module | None = None,
+) -> GaussianActor:
+    """Builds a Gaussian actor (its config checked by :func:`~isaaclab_torchrl.agents.validation.validate_policy_cfg`).
 
-    With ``cfg.rnn_type`` set, each network starts with its own recurrent layer (``cfg.recurrent_backend``);
-    outside :func:`torchrl.modules.set_recurrent_mode` they run step by step, as the collectors need, and inside
-    it over whole trajectory slices, as PPO's update and GAE need.
+    ``role="actor"`` reads ``interface.actor_obs_keys`` and writes ``action``, ``loc``, ``scale`` and
+    ``action_log_prob``; ``role="teacher"`` (a distillation run's, beside the student in one tensordict) reads
+    ``interface.teacher_obs_keys`` and writes the same keys with ``teacher_`` in front. The parameters are named
+    alike either way, so that a checkpoint's actor loads into a teacher.
 
-    Returns:
-        ``(actor, critic)``: the actor writes ``action``, ``loc``, ``scale`` and ``action_log_prob`` and names its
-        deterministic path (:class:`ActorParts`); the critic writes ``state_value``.
+    With ``cfg.rnn_type`` set, the actor starts with a recurrent layer (``recurrent_module`` when it is made
+    beforehand; state ``<role>_rnn_h[/_c]``); outside :func:`torchrl.modules.set_recurrent_mode` it runs step by
+    step, as the collectors need, and inside it over whole trajectory slices, as the updates need.
     """
-    activation = ACTIVATION_CLASSES[cfg.activation.lower()]
-    actor_layers, actor_in, actor_normalizer = _input_layers(
-        interface.actor_obs_keys, cfg.actor_obs_normalization, interface.actor_obs_dim, "actor", device
-    )
-    critic_layers, critic_in, _ = _input_layers(
-        interface.critic_obs_keys, cfg.critic_obs_normalization, interface.critic_obs_dim, "critic", device
-    )
-    actor_in_dim, critic_in_dim = interface.actor_obs_dim, interface.critic_obs_dim
-    actor_rnn = None
+    prefix = "" if role == "actor" else f"{role}_"
+    obs_keys, obs_dim = getattr(interface, f"{role}_obs_keys"), getattr(interface, f"{role}_obs_dim")
+    layers, in_key, normalizer = _input_layers(obs_keys, cfg.actor_obs_normalization, obs_dim, role, device)
+    rnn = None
     if cfg.rnn_type is not None:
-        actor_layers.append(_recurrent_module(cfg, actor_in, actor_in_dim, "actor_rnn", device))
-        critic_layers.append(_recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", device))
-        actor_rnn = actor_layers[-1].lstm if cfg.rnn_type == "lstm" else actor_layers[-1].gru
-        actor_in, critic_in = "actor_rnn_features", "critic_rnn_features"
-        actor_in_dim = critic_in_dim = cfg.rnn_hidden_size
+        layers.append(recurrent_module or _recurrent_module(cfg, in_key, obs_dim, f"{role}_rnn", device))
+        rnn = layers[-1].lstm if cfg.rnn_type == "lstm" else layers[-1].gru
+        in_key, obs_dim = f"{role}_rnn_features", cfg.rnn_hidden_size
 
     action_dim = interface.action_dim
-    actor_mlp = MLP(
-        in_features=actor_in_dim,
+    mlp = MLP(
+        in_features=obs_dim,
         out_features=2 * action_dim if cfg.state_dependent_std else action_dim,
         num_cells=list(cfg.actor_hidden_dims),
-        activation_class=activation,
+        activation_class=ACTIVATION_CLASSES[cfg.activation.lower()],
         device=device,
     )
+    loc, scale = f"{prefix}loc", f"{prefix}scale"
     scale_lb, scale_ub = max(float(cfg.std_range[0]), MIN_STD), float(cfg.std_range[1])
     initial_std = math.log(cfg.init_noise_std) if cfg.noise_std_type == "log" else cfg.init_noise_std
     if cfg.state_dependent_std:
         with torch.no_grad():  # the std head starts at the initial std for every input, like rsl_rl's
-            actor_mlp[-1].weight[action_dim:].zero_()
-            actor_mlp[-1].bias[action_dim:].fill_(initial_std)
-        actor_layers.append(TensorDictModule(actor_mlp, in_keys=[actor_in], out_keys=["actor_output"]))
+            mlp[-1].weight[action_dim:].zero_()
+            mlp[-1].bias[action_dim:].fill_(initial_std)
+        layers.append(TensorDictModule(mlp, in_keys=[in_key], out_keys=[f"{role}_output"]))
         noise = StateDependentScale(action_dim, cfg.noise_std_type, scale_lb, scale_ub)
-        actor_layers.append(TensorDictModule(noise, in_keys=["actor_output"], out_keys=["loc", "scale"]))
-        mean = nn.Sequential(*actor_mlp, MeanSlice(action_dim))
+        layers.append(TensorDictModule(noise, in_keys=[f"{role}_output"], out_keys=[loc, scale]))
+        mean = nn.Sequential(*mlp, MeanSlice(action_dim))
     else:
-        actor_layers.append(TensorDictModule(actor_mlp, in_keys=[actor_in], out_keys=["loc"]))
+        layers.append(TensorDictModule(mlp, in_keys=[in_key], out_keys=[loc]))
         noise = BoundedNormalScale(
             action_dim,
             scale_mapping="exp" if cfg.noise_std_type == "log" else "none",
@@ -262,20 +272,44 @@ def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.de
             make_param=cfg.learn_std,
             device=device,
         )
-        actor_layers.append(TensorDictModule(noise, in_keys=["loc"], out_keys=["loc", "scale"]))
-        mean = actor_mlp
-    parts = ActorParts(actor_normalizer or nn.Identity(), actor_rnn, mean)
-    actor = GaussianActor(TensorDictSequential(*actor_layers), parts)
+        layers.append(TensorDictModule(noise, in_keys=[loc], out_keys=[loc, scale]))
+        mean = mlp
+    parts = ActorParts(normalizer or nn.Identity(), rnn, mean)
+    return GaussianActor(TensorDictSequential(*layers), parts, prefix)
 
+
+def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.device | str) -> Models:
+    """Builds the Gaussian actor (:func:`make_actor`) and the value network, each with its own recurrent layer when
+    ``cfg.rnn_type`` is set, made first (the actor's, then the critic's), as a seed has always initialised them.
+
+    Returns:
+        ``(actor, critic)``: the actor writes ``action``, ``loc``, ``scale`` and ``action_log_prob`` and names its
+        deterministic path (:class:`ActorParts`); the critic writes ``state_value``.
+    """
+    critic_layers, critic_in, _ = _input_layers(
+        interface.critic_obs_keys, cfg.critic_obs_normalization, interface.critic_obs_dim, "critic", device
+    )
+    actor_rnn, critic_in_dim = None, interface.critic_obs_dim
+    if cfg.rnn_type is not None:
+        actor_in = _input_key(interface.actor_obs_keys, cfg.actor_obs_normalization, "actor")
+        actor_rnn = _recurrent_module(cfg, actor_in, interface.actor_obs_dim, "actor_rnn", device)
+        critic_layers.append(_recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", device))
+        critic_in, critic_in_dim = "critic_rnn_features", cfg.rnn_hidden_size
+    actor = make_actor(cfg, interface, device, recurrent_module=actor_rnn)
     critic_mlp = MLP(
         in_features=critic_in_dim,
         out_features=1,
         num_cells=list(cfg.critic_hidden_dims),
-        activation_class=activation,
+        activation_class=ACTIVATION_CLASSES[cfg.activation.lower()],
         device=device,
     )
     critic_layers.append(TensorDictModule(critic_mlp, in_keys=[critic_in], out_keys=["state_value"]))
     return Models(actor, TensorDictSequential(*critic_layers))
+
+
+def _input_key(keys: tuple[str, ...], normalize: bool, name: str) -> str:
+    """The key of a network's input that :func:`_input_layers` writes."""
+    return f"{name}_obs_normalized" if normalize else keys[0] if len(keys) == 1 else f"{name}_obs"
 
 
 def _input_layers(
@@ -293,9 +327,9 @@ def _input_layers(
         layers.append(TensorDictModule(Concatenate(), in_keys=list(keys), out_keys=[key]))
     if normalize:
         normalizer = ObservationNormalizer(size, device=device)
-        layers.append(TensorDictModule(normalizer, in_keys=[key], out_keys=[f"{key}_normalized"]))
-        key = f"{key}_normalized"
-    return layers, key, normalizer
+        # a key of its own per network: a teacher's or a critic's statistics differ from the actor's
+        layers.append(TensorDictModule(normalizer, in_keys=[key], out_keys=[_input_key(keys, normalize, name)]))
+    return layers, _input_key(keys, normalize, name), normalizer
 
 
 def observation_normalizers(module: nn.Module) -> list[ObservationNormalizer]:

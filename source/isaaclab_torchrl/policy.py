@@ -13,19 +13,19 @@ import dataclasses
 import torch
 import yaml
 
-from .agents.torchrl_cfg import TorchRLPolicyCfg
+from .agents.torchrl_cfg import TorchRLActorCfg
 from .agents.validation import ConfigError, validate_policy_cfg
-from .models import EnvInterface, GaussianActor, make_models
+from .models import EnvInterface, GaussianActor, make_actor
 from .runners.checkpoint import load_checkpoint
 
 
 @dataclasses.dataclass
 class Policy:
-    """A checkpoint's actor and what it was trained with."""
+    """A checkpoint's actor (a distillation checkpoint's: the student) and what it was trained with."""
 
     actor: GaussianActor
-    cfg: TorchRLPolicyCfg
-    """The networks' config the checkpoint was trained with."""
+    cfg: TorchRLActorCfg
+    """The actor's config the checkpoint was trained with."""
     interface: EnvInterface
     """The observation groups and sizes the actor reads, and the action size."""
     obs_groups: dict | None
@@ -49,8 +49,8 @@ def load_policy(path: str, device: torch.device | str = "cpu", interface: EnvInt
     trained = yaml.safe_load(checkpoint["config"])
     # fields the current config class lacks are left out, so that checkpoints of other versions load; the networks
     # step one step at a time here, where every recurrent backend computes the same with cuDNN
-    fields = {field.name for field in dataclasses.fields(TorchRLPolicyCfg)}
-    cfg = TorchRLPolicyCfg(**{key: value for key, value in trained["policy"].items() if key in fields})
+    fields = {field.name for field in dataclasses.fields(TorchRLActorCfg)}
+    cfg = TorchRLActorCfg(**{key: value for key, value in trained["policy"].items() if key in fields})
     cfg.recurrent_backend = "pad"
     try:
         validate_policy_cfg(cfg)
@@ -63,7 +63,7 @@ def load_policy(path: str, device: torch.device | str = "cpu", interface: EnvInt
     interface = stored or interface
     if interface is None:
         raise ValueError(f"Checkpoint {path} does not store its sizes: pass the environment's (interface=...).")
-    actor = make_models(cfg, interface, device).actor
+    actor = make_actor(cfg, interface, device)
     try:
         actor.load_state_dict(checkpoint["actor"])
     except RuntimeError as exc:

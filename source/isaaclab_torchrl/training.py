@@ -18,13 +18,15 @@ import torch
 from isaaclab.utils.io import dump_yaml
 from isaaclab_rl.entrypoints.common import apply_video_recording, pre_launch_video_config
 
-from .agents.validation import ConfigError, validate_agent_cfg
+from .agents.torchrl_cfg import TorchRLDistillationRunnerCfg
+from .agents.validation import ConfigError, check_teacher_checkpoint, validate_agent_cfg
 from .cli import UsageError, apply_train_args, check_isaaclab_args, checkpoint_path, launcher_args, resolve_task
 from .envs import IsaacLabEnvFactory, make_env_factories
 from .interfaces import read_env_interface
 from .models import EnvInterface
 from .runners import TorchRLRunner, load_checkpoint
 from .runners.code_state import store_code_state
+from .runners.distillation import teacher_only
 from .runners.distributed import DistributedContext, init_distributed
 from .runs import RunFolderError, create_run_dir, experiment_root, new_run_dir, resumed_run_dir
 from .symmetry import SymmetryError
@@ -41,6 +43,8 @@ class TrainingRun:
     """The checkpoint the run continues from (``--resume`` / ``--checkpoint``), or ``None``."""
     checkpoint_interface: EnvInterface | None = None
     """The sizes the checkpoint was trained on, where it stores them."""
+    teacher_only: bool = False
+    """Whether the checkpoint gives a distillation run its teacher only (a PPO checkpoint) and the run is new."""
     log_dir: str | None = None
     """The run folder; ``None`` on the ranks other than 0 under torchrun."""
     new_folder: bool = False
@@ -77,12 +81,24 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
     run = TrainingRun(args, env_cfg, agent_cfg)
     if args.print_config:
         return run
+    distillation = isinstance(agent_cfg, TorchRLDistillationRunnerCfg)
+    if distillation and not (args.resume or args.checkpoint):
+        raise UsageError(
+            "A distillation run learns from a teacher: name its checkpoint with --checkpoint (a file, a run folder, "
+            "or with --load_run a run of this experiment), a PPO run's to start, a distillation run's to continue."
+        )
+    if distillation and args.distributed:
+        raise UsageError("--distributed does not run distillation: train the student on one GPU.")
     if args.resume or args.checkpoint:
         run.checkpoint = checkpoint_path(experiment_root(agent_cfg.experiment_name), args.checkpoint, args.load_run)
         try:
-            stored = load_checkpoint(run.checkpoint).get("interface")
+            state = load_checkpoint(run.checkpoint, rsl_rl_teacher=distillation)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
+        if distillation:
+            check_teacher_checkpoint(agent_cfg, state, run.checkpoint)
+            run.teacher_only = teacher_only(state)
+        stored = None if run.teacher_only else state.get("interface")
         run.checkpoint_interface = None if stored is None else EnvInterface.from_dict(stored)
     if args.distributed:
         # the group waits as long as the slowest rank's first batch may take
@@ -91,8 +107,9 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
         # each rank's environments and exploration differ: distinct seeds per rank and collector
         agent_cfg.seed += run.distributed.rank * agent_cfg.collector.num_collectors
     if run.distributed is None or run.distributed.is_main:  # only rank 0 writes
-        # a resumed run goes on in its own folder, with its TensorBoard step axis
-        resumed = run.checkpoint and resumed_run_dir(run.checkpoint, agent_cfg.experiment_name)
+        # a resumed run goes on in its own folder, with its TensorBoard step axis; a distillation run that takes its
+        # teacher from a PPO checkpoint is a new run
+        resumed = run.checkpoint and not run.teacher_only and resumed_run_dir(run.checkpoint, agent_cfg.experiment_name)
         run.log_dir = resumed or new_run_dir(agent_cfg.experiment_name, agent_cfg.run_name, args.run_timestamp)
         if args.video:
             record_training_video(env_cfg, run.log_dir, args)
@@ -143,7 +160,7 @@ def start(run: TrainingRun) -> TorchRLRunner:
         raise UsageError(str(exc)) from None
     source = "remembered from an earlier run" if cached else "read by a probe process"
     print(f"[torchrl] environment: {interface} ({source})", flush=True)
-    if run.checkpoint and cached and run.checkpoint_interface != interface:
+    if run.checkpoint and not run.teacher_only and cached and run.checkpoint_interface != interface:
         probed = read_env_interface(factories, probe=True)[0]
         if probed != interface:
             print(f"[torchrl] Stale sizes remembered for this task ({interface}): replaced by the probe's")
@@ -151,14 +168,17 @@ def start(run: TrainingRun) -> TorchRLRunner:
     runner = TorchRLRunner(factories, interface, run.agent_cfg, run.log_dir, distributed=run.distributed)
     if run.checkpoint:
         try:
-            runner.load(run.checkpoint, optimizer=run.args.resume_optimizer_state)
+            continues = runner.load(run.checkpoint, optimizer=run.args.resume_optimizer_state)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         learning_rate = float(runner.learner.optimizer.param_groups[0]["lr"])
-        print(
-            f"[torchrl] Resuming from {run.checkpoint} (iteration {runner.iteration}, "
-            f"learning rate {learning_rate:.6g})"
-        )
+        if continues:
+            print(
+                f"[torchrl] Resuming from {run.checkpoint} (iteration {runner.iteration}, "
+                f"learning rate {learning_rate:.6g})"
+            )
+        else:
+            print(f"[torchrl] Teacher: the actor of {run.checkpoint}")
     if run.log_dir is not None and not os.path.exists(os.path.join(run.log_dir, "params", "agent.yaml")):
         dump_yaml(os.path.join(run.log_dir, "params", "env.yaml"), run.env_cfg)
         dump_yaml(os.path.join(run.log_dir, "params", "agent.yaml"), run.agent_cfg)

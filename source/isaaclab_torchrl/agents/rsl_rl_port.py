@@ -4,8 +4,9 @@ The port happens when a task's config is loaded, from the rsl_rl config that tas
 hyperparameters stay those Isaac Lab tuned for it, release after release. A few tasks get a variant of their
 port (see :data:`isaaclab_torchrl.agents.TASK_AGENTS`).
 
-What rsl_rl can do and this runner cannot (image encoders, custom model or algorithm classes, distillation) makes
-the port raise :class:`UnsupportedAgentError` with the reason.
+What rsl_rl can do and this runner cannot (image encoders, custom model or algorithm classes) makes the port raise
+:class:`UnsupportedAgentError` with the reason. Distillation agents port with the helpers here, in
+:mod:`isaaclab_torchrl.agents.rsl_rl_distillation_port`.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ HANDLED_FIELDS = {
         "class_name",
         "actor",
         "critic",
+        "student",
+        "teacher",
         "algorithm",
         "policy",
     },
@@ -114,12 +117,107 @@ def _needs_migration(rsl_cfg) -> bool:
 
     if not missing(getattr(rsl_cfg, "policy", MISSING)):
         return True
-    for name in ("actor", "critic"):
+    for name in ("student", "teacher") if hasattr(rsl_cfg, "student") else ("actor", "critic"):
         model = getattr(rsl_cfg, name, MISSING)
         legacy_output = getattr(model, "distribution_cfg", None) is None and getattr(model, "stochastic", 0) is True
         if missing(model) or legacy_output:
             return True
     return False
+
+
+def _migrated(rsl_cfg):
+    """A copy of an rsl_rl runner config with its presets resolved, in rsl_rl 5's layout."""
+    from isaaclab_tasks.utils.hydra import resolve_presets
+
+    rsl_cfg = resolve_presets(copy.deepcopy(rsl_cfg))
+    if _needs_migration(rsl_cfg):
+        # Isaac Lab's migration imports rsl_rl's runners, and with them its trackers' clients (seconds per process
+        # start where neptune is installed, docs/benchmarks.md): only for configs that need it
+        from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
+
+        # rsl_rl >= 5 layout (actor/critic model configs with distribution configs); it prints migration notes
+        with contextlib.redirect_stdout(io.StringIO()):
+            handle_deprecated_rsl_rl_cfg(rsl_cfg, "5.0.0")
+    return rsl_cfg
+
+
+def _check_models(*models) -> None:
+    """Refuses models this runner cannot build: image encoders and custom classes."""
+    from isaaclab_rl.rsl_rl import RslRlCNNModelCfg
+
+    if any(isinstance(model, RslRlCNNModelCfg) for model in models):
+        raise UnsupportedAgentError("it learns from images (CNN encoder); image observations are not supported yet")
+    for model in models:
+        if model.class_name not in SUPPORTED_MODELS:
+            raise UnsupportedAgentError(f"its rsl_rl agent uses the custom model class {model.class_name}")
+
+
+def _refuse_unhandled(rsl_cfg, algorithm_fields: set[str], *models) -> None:
+    """Refuses the runner's, the algorithm's and the models' fields that the port does not handle."""
+    _refuse_unhandled_fields(rsl_cfg, HANDLED_FIELDS["runner"])
+    _refuse_unhandled_fields(rsl_cfg.algorithm, algorithm_fields)
+    for model in models:
+        _refuse_unhandled_fields(model, HANDLED_FIELDS["model"])
+
+
+def _distribution(model):
+    """A stochastic model's Gaussian distribution config, checked."""
+    distribution = model.distribution_cfg
+    if distribution is not None:
+        _refuse_unhandled_fields(distribution, HANDLED_FIELDS["distribution"])
+    if distribution is None or distribution.class_name not in SUPPORTED_DISTRIBUTIONS:
+        name = None if distribution is None else distribution.class_name
+        raise UnsupportedAgentError(f"its rsl_rl actor uses the action distribution {name}")
+    return distribution
+
+
+def _rnn_fields(model, recurrent: bool) -> dict:
+    """The recurrent layer of a model (or :data:`RECURRENT_VARIANT` with ``recurrent``), as our fields."""
+    if getattr(model, "rnn_type", None):
+        rnn_type, hidden_size, num_layers = _rnn(model)
+        return {"rnn_type": rnn_type, "rnn_hidden_size": hidden_size, "rnn_num_layers": num_layers}
+    return dict(RECURRENT_VARIANT) if recurrent else {}
+
+
+def _actor_fields(model, distribution) -> dict:
+    """An actor model's network and, with its ``distribution``, its noise, as our fields."""
+    fields = dict(actor_hidden_dims=list(model.hidden_dims), activation=model.activation)
+    fields["actor_obs_normalization"] = model.obs_normalization
+    fields["state_dependent_std"] = distribution.class_name == "HeteroscedasticGaussianDistribution"
+    return fields
+
+
+def _noise_fields(distribution) -> dict:
+    return dict(
+        init_noise_std=distribution.init_std,
+        noise_std_type=distribution.std_type,
+        std_range=list(distribution.std_range),
+        learn_std=getattr(distribution, "learn_std", True),
+    )
+
+
+def _runner_fields(rsl_cfg, recurrent: bool) -> dict:
+    """The runner's fields shared by every kind of run (PPO's and distillation's)."""
+    obs_groups = rsl_cfg.obs_groups if isinstance(rsl_cfg.obs_groups, dict) else None
+    experiment_name = rsl_cfg.experiment_name
+    if recurrent and not experiment_name.endswith("_lstm"):
+        # its own folder, so that play.py never picks up the MLP agent's checkpoints for it
+        experiment_name += "_lstm"
+    return dict(
+        seed=rsl_cfg.seed,
+        num_steps_per_env=rsl_cfg.num_steps_per_env,
+        max_iterations=rsl_cfg.max_iterations,
+        save_interval=rsl_cfg.save_interval,
+        experiment_name=experiment_name,
+        run_name=rsl_cfg.run_name,
+        logger=rsl_cfg.logger,
+        wandb_project=rsl_cfg.wandb_project,
+        neptune_project=rsl_cfg.neptune_project,
+        obs_groups={key: list(value) for key, value in obs_groups.items()} if obs_groups else None,
+        clip_actions=rsl_cfg.clip_actions,
+        check_for_nan=rsl_cfg.check_for_nan,
+        init_at_random_ep_len=rsl_cfg.init_at_random_ep_len,
+    )
 
 
 def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
@@ -132,66 +230,31 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
     Raises:
         UnsupportedAgentError: the rsl_rl agent uses a feature the torchrl runner does not have.
     """
-    from isaaclab_rl.rsl_rl import RslRlCNNModelCfg
-    from isaaclab_tasks.utils.hydra import resolve_presets
-
-    rsl_cfg = resolve_presets(copy.deepcopy(rsl_cfg))
-    if _needs_migration(rsl_cfg):
-        # Isaac Lab's migration imports rsl_rl's runners, and with them its trackers' clients (seconds per process
-        # start where neptune is installed, docs/benchmarks.md): only for configs that need it
-        from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
-
-        # rsl_rl >= 5 layout (actor/critic model configs with distribution configs); it prints migration notes
-        with contextlib.redirect_stdout(io.StringIO()):
-            handle_deprecated_rsl_rl_cfg(rsl_cfg, "5.0.0")
+    rsl_cfg = _migrated(rsl_cfg)
     actor, critic, algorithm = rsl_cfg.actor, rsl_cfg.critic, rsl_cfg.algorithm
-
     if rsl_cfg.class_name != "OnPolicyRunner":
         raise UnsupportedAgentError(f"its rsl_rl agent runs {rsl_cfg.class_name}, not PPO's OnPolicyRunner")
-    if isinstance(actor, RslRlCNNModelCfg) or isinstance(critic, RslRlCNNModelCfg):
-        raise UnsupportedAgentError("it learns from images (CNN encoder); image observations are not supported yet")
-    for model in (actor, critic):
-        if model.class_name not in SUPPORTED_MODELS:
-            raise UnsupportedAgentError(f"its rsl_rl agent uses the custom model class {model.class_name}")
+    _check_models(actor, critic)
     if algorithm.class_name != "PPO":
         raise UnsupportedAgentError(f"its rsl_rl agent uses the custom algorithm {algorithm.class_name}")
     if algorithm.optimizer != "adam":
         raise UnsupportedAgentError(f"its rsl_rl agent uses the {algorithm.optimizer} optimizer (only adam here)")
     if algorithm.normalize_advantage_per_mini_batch:
         raise UnsupportedAgentError("its rsl_rl agent normalises advantages per minibatch (here: per batch)")
-    for section, cfg in (("runner", rsl_cfg), ("algorithm", algorithm), ("model", actor), ("model", critic)):
-        _refuse_unhandled_fields(cfg, HANDLED_FIELDS[section])
+    _refuse_unhandled(rsl_cfg, HANDLED_FIELDS["algorithm"], actor, critic)
     if critic.activation != actor.activation:
         raise UnsupportedAgentError(f"its critic's activation {critic.activation} differs from its actor's")
     if _rnn(critic) != _rnn(actor):
         raise UnsupportedAgentError(f"its critic's recurrent layer {_rnn(critic)} differs from its actor's")
     if critic.distribution_cfg is not None:
         raise UnsupportedAgentError("its critic has an output distribution")
-    distribution = actor.distribution_cfg
-    if distribution is not None:
-        _refuse_unhandled_fields(distribution, HANDLED_FIELDS["distribution"])
-    if distribution is None or distribution.class_name not in SUPPORTED_DISTRIBUTIONS:
-        name = None if distribution is None else distribution.class_name
-        raise UnsupportedAgentError(f"its rsl_rl actor uses the action distribution {name}")
-
-    rnn = {}
-    if getattr(actor, "rnn_type", None):
-        rnn = {"rnn_type": actor.rnn_type.lower(), "rnn_hidden_size": actor.rnn_hidden_dim}
-        rnn["rnn_num_layers"] = actor.rnn_num_layers
-    elif recurrent:
-        rnn = dict(RECURRENT_VARIANT)
+    distribution = _distribution(actor)
     policy = TorchRLPolicyCfg(
-        actor_hidden_dims=list(actor.hidden_dims),
+        **_actor_fields(actor, distribution),
+        **_noise_fields(distribution),
+        **_rnn_fields(actor, recurrent),
         critic_hidden_dims=list(critic.hidden_dims),
-        activation=actor.activation,
-        init_noise_std=distribution.init_std,
-        noise_std_type=distribution.std_type,
-        std_range=list(distribution.std_range),
-        learn_std=getattr(distribution, "learn_std", True),
-        state_dependent_std=distribution.class_name == "HeteroscedasticGaussianDistribution",
-        actor_obs_normalization=actor.obs_normalization,
         critic_obs_normalization=critic.obs_normalization,
-        **rnn,
     )
     ppo = TorchRLPpoCfg(
         num_learning_epochs=algorithm.num_learning_epochs,
@@ -210,28 +273,7 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         symmetry_cfg=_port_symmetry(algorithm.symmetry_cfg),
         rnd_cfg=_port_rnd(algorithm.rnd_cfg),
     )
-    obs_groups = rsl_cfg.obs_groups if isinstance(rsl_cfg.obs_groups, dict) else None
-    experiment_name = rsl_cfg.experiment_name
-    if recurrent and not experiment_name.endswith("_lstm"):
-        # its own folder, so that play.py never picks up the MLP agent's checkpoints for it
-        experiment_name += "_lstm"
-    return TorchRLRunnerCfg(
-        seed=rsl_cfg.seed,
-        num_steps_per_env=rsl_cfg.num_steps_per_env,
-        max_iterations=rsl_cfg.max_iterations,
-        save_interval=rsl_cfg.save_interval,
-        experiment_name=experiment_name,
-        run_name=rsl_cfg.run_name,
-        logger=rsl_cfg.logger,
-        wandb_project=rsl_cfg.wandb_project,
-        neptune_project=rsl_cfg.neptune_project,
-        obs_groups={key: list(value) for key, value in obs_groups.items()} if obs_groups else None,
-        clip_actions=rsl_cfg.clip_actions,
-        check_for_nan=rsl_cfg.check_for_nan,
-        init_at_random_ep_len=rsl_cfg.init_at_random_ep_len,
-        policy=policy,
-        algorithm=ppo,
-    )
+    return TorchRLRunnerCfg(**_runner_fields(rsl_cfg, recurrent), policy=policy, algorithm=ppo)
 
 
 def _port_symmetry(symmetry) -> TorchRLSymmetryCfg | None:
@@ -284,10 +326,12 @@ def _refuse_unhandled_fields(cfg, handled: set[str]) -> None:
             )
 
 
-def ported_agent(task: str, recurrent: bool = False, symmetry: bool = False, **policy_changes) -> TorchRLRunnerCfg:
+def ported_agent(
+    task: str, recurrent: bool = False, symmetry: bool = False, distillation: bool = False, **policy_changes
+) -> TorchRLRunnerCfg:
     """The torchrl agent of ``task``, ported from its rsl_rl agent (its recurrent one, when asked and it has one;
-    with ``symmetry``, its agent with symmetry augmentation), with ``policy_changes`` applied to its ``policy``
-    section.
+    with ``symmetry``, its agent with symmetry augmentation; with ``distillation``, its distillation agent, the
+    recurrent one with ``recurrent``), with ``policy_changes`` applied to its ``policy`` section.
 
     Raises:
         UnsupportedAgentError: the task's rsl_rl agent uses a feature the torchrl runner does not have.
@@ -299,10 +343,17 @@ def ported_agent(task: str, recurrent: bool = False, symmetry: bool = False, **p
     key = RSL_RL_RECURRENT_ENTRY_POINT if recurrent and RSL_RL_RECURRENT_ENTRY_POINT in kwargs else RSL_RL_ENTRY_POINT
     if symmetry:
         key = RSL_RL_SYMMETRY_ENTRY_POINT
+    if distillation:
+        from .rsl_rl_distillation_port import distillation_entry_point_key, port_rsl_rl_distillation_cfg
+
+        key = distillation_entry_point_key(recurrent)
     with contextlib.redirect_stdout(io.StringIO()):  # "[INFO]: Parsing configuration from: ..."
         rsl_cfg = load_cfg_from_registry(task, key)
     try:
-        cfg = port_rsl_rl_cfg(rsl_cfg, recurrent=recurrent)
+        if distillation:
+            cfg = port_rsl_rl_distillation_cfg(rsl_cfg)
+        else:
+            cfg = port_rsl_rl_cfg(rsl_cfg, recurrent=recurrent)
     except UnsupportedAgentError as exc:
         raise UnsupportedAgentError(f"Task {task!r} is not supported by the torchrl runner: {exc}.") from None
     cfg.policy = cfg.policy.replace(**policy_changes)
@@ -310,13 +361,14 @@ def ported_agent(task: str, recurrent: bool = False, symmetry: bool = False, **p
 
 
 def ported_entry_point(
-    task: str, recurrent: bool = False, symmetry: bool = False, **policy_changes
+    task: str, recurrent: bool = False, symmetry: bool = False, distillation: bool = False, **policy_changes
 ) -> Callable[[], TorchRLRunnerCfg]:
     """A registry entry point (a function Isaac Lab's config loader calls) that ports ``task``'s rsl_rl agent."""
 
     def entry_point() -> TorchRLRunnerCfg:
-        return ported_agent(task, recurrent, symmetry, **policy_changes)
+        return ported_agent(task, recurrent, symmetry, distillation, **policy_changes)
 
-    variant = ", recurrent" if recurrent else ", symmetry" if symmetry else ""
+    variant = ", distillation" if distillation else ""
+    variant += ", recurrent" if recurrent else ", symmetry" if symmetry else ""
     entry_point.__qualname__ = f"ported_agent[{task}{variant}]"
     return entry_point

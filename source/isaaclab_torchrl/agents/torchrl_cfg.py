@@ -17,14 +17,19 @@ SPEEDS = ("auto", "off")
 NOISE_STD_TYPES = ("scalar", "log")
 ACTIVATIONS = ("elu", "relu", "tanh", "selu", "leakyrelu", "gelu", "silu")
 SCHEDULES = ("adaptive", "fixed")
+DISTILLATION_LOSSES = ("mse", "huber")
+OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
+"""rsl_rl's optimizers (``torch.optim.Adam``, ``AdamW``, ``SGD``, ``RMSprop``, each with its defaults but the learning
+rate)."""
 TRACKERS = ("tensorboard", "wandb", "neptune", "mlflow")
 TRACKER_CLIENTS = {"wandb": "wandb", "neptune": "neptune", "mlflow": "mlflow"}
 """The Python package each tracker needs (``pip install 'isaaclab-torchrl[<tracker>]'``)."""
 
 
 @configclass
-class TorchRLPolicyCfg:
-    """Actor and critic networks."""
+class TorchRLActorCfg:
+    """A Gaussian actor (rsl_rl's actor model config): the network a policy acts with. A distillation run's student
+    and teacher are each one (:class:`TorchRLDistillationRunnerCfg`)."""
 
     rnn_type: str | None = None
     """Recurrent layer in front of the MLPs: ``"lstm"``, ``"gru"`` or ``None`` for a plain MLP policy."""
@@ -38,7 +43,6 @@ class TorchRLPolicyCfg:
     graph, else ``"pad"``, the faster one eagerly (docs/benchmarks.md). Collection steps the layers one step at a
     time with cuDNN, whatever the backend; checkpoints move between backends."""
     actor_hidden_dims: list[int] = MISSING
-    critic_hidden_dims: list[int] = MISSING
     activation: str = "elu"
     """Name of a :mod:`torch.nn` activation, case-insensitive: one of :data:`ACTIVATIONS`."""
     init_noise_std: float = 1.0
@@ -59,8 +63,15 @@ class TorchRLPolicyCfg:
     actor_obs_normalization: bool = False
     """Normalise the actor's input with running mean and variance (rsl_rl's ``obs_normalization``), updated by the
     learner from each batch, sent to the workers with the weights, saved in checkpoints and exported."""
+
+
+@configclass
+class TorchRLPolicyCfg(TorchRLActorCfg):
+    """Actor and critic networks (the critic has the actor's activation and recurrent layer)."""
+
+    critic_hidden_dims: list[int] = MISSING
     critic_obs_normalization: bool = False
-    """The same for the critic's input."""
+    """Normalise the critic's input, as :attr:`actor_obs_normalization` the actor's."""
 
 
 @configclass
@@ -239,3 +250,42 @@ class TorchRLRunnerCfg:
     policy: TorchRLPolicyCfg = MISSING
     algorithm: TorchRLPpoCfg = MISSING
     collector: TorchRLCollectorCfg = TorchRLCollectorCfg()
+
+
+@configclass
+class TorchRLDistillationCfg:
+    """Student-teacher distillation (rsl_rl's ``RslRlDistillationAlgorithmCfg``, fields of the same names, meanings
+    and defaults): the student's mean action learns the teacher's, over the steps the student took."""
+
+    num_learning_epochs: int = MISSING
+    """Passes over each batch."""
+    learning_rate: float = MISSING
+    gradient_length: int = MISSING
+    """Env steps whose losses are summed before each optimizer step; a recurrent student's gradient flows back
+    through as many steps (truncated backpropagation through time). The steps of all epochs follow one another, as
+    in rsl_rl; those left over after the last full group are not learned from."""
+    max_grad_norm: float | None = None
+    """Clip the student's gradient norm to this; ``None``: no clipping."""
+    optimizer: str = "adam"
+    """One of :data:`OPTIMIZERS`."""
+    loss_type: str = "mse"
+    """``"mse"`` or ``"huber"`` (``torch.nn.functional``'s, delta 1), between the student's mean action and the
+    teacher's."""
+
+
+@configclass
+class TorchRLDistillationRunnerCfg(TorchRLRunnerCfg):
+    """A distillation run (rsl_rl's ``RslRlDistillationRunnerCfg``): the student acts in the environments, with its
+    Gaussian noise, and learns the deterministic action of a fixed teacher, loaded from a checkpoint
+    (``--checkpoint``), that acts beside it in the collector workers on its own observation groups.
+
+    The speed settings of PPO's update (``compile``, ``cudagraphs``) do not apply: the update runs eagerly."""
+
+    policy: TorchRLActorCfg = MISSING
+    """The student: the network that is trained, played and exported."""
+    teacher: TorchRLActorCfg = MISSING
+    """The teacher's network, as the checkpoint it is loaded from has it."""
+    algorithm: TorchRLDistillationCfg = MISSING
+    obs_groups: dict[str, list[str]] | None = None
+    """Observation groups of the task that the ``"student"`` and the ``"teacher"`` read, concatenated in this order
+    (rsl_rl's ``obs_groups``). ``None`` or a missing entry: the task's group of that name, else ``policy``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import netrc
 import os
 
@@ -16,7 +17,9 @@ import torch
 
 from .torchrl_cfg import (
     ACTIVATIONS,
+    DISTILLATION_LOSSES,
     NOISE_STD_TYPES,
+    OPTIMIZERS,
     RECURRENT_BACKENDS,
     RND_WEIGHT_SCHEDULES,
     RNN_TYPES,
@@ -24,7 +27,8 @@ from .torchrl_cfg import (
     SPEEDS,
     TRACKER_CLIENTS,
     TRACKERS,
-    TorchRLPolicyCfg,
+    TorchRLActorCfg,
+    TorchRLDistillationRunnerCfg,
     TorchRLRunnerCfg,
 )
 
@@ -74,24 +78,25 @@ def _one_of(path: str, value, allowed: tuple) -> None:
         raise ConfigError(f"{path} must be one of {allowed}, got {value!r}.")
 
 
-def validate_policy_cfg(policy: TorchRLPolicyCfg) -> None:
-    """Rejects networks that :func:`isaaclab_torchrl.models.make_models` cannot build."""
+def validate_policy_cfg(policy: TorchRLActorCfg, path: str = "agent.policy") -> None:
+    """Rejects networks that :func:`isaaclab_torchrl.models.make_models` cannot build (``path``: where the config
+    sits, for the messages)."""
     if policy.rnn_type is not None:
-        _one_of("agent.policy.rnn_type", policy.rnn_type, (*RNN_TYPES, None))
+        _one_of(f"{path}.rnn_type", policy.rnn_type, (*RNN_TYPES, None))
         if policy.rnn_hidden_size < 1 or policy.rnn_num_layers < 1:
-            raise ConfigError("agent.policy.rnn_hidden_size and rnn_num_layers must be >= 1.")
-    _one_of("agent.policy.recurrent_backend", policy.recurrent_backend, RECURRENT_BACKENDS)
-    _one_of("agent.policy.noise_std_type", policy.noise_std_type, NOISE_STD_TYPES)
-    _one_of("agent.policy.activation", str(policy.activation).lower(), ACTIVATIONS)
+            raise ConfigError(f"{path}.rnn_hidden_size and rnn_num_layers must be >= 1.")
+    _one_of(f"{path}.recurrent_backend", policy.recurrent_backend, RECURRENT_BACKENDS)
+    _one_of(f"{path}.noise_std_type", policy.noise_std_type, NOISE_STD_TYPES)
+    _one_of(f"{path}.activation", str(policy.activation).lower(), ACTIVATIONS)
     if policy.init_noise_std <= 0:
-        raise ConfigError(f"agent.policy.init_noise_std must be > 0, got {policy.init_noise_std}.")
+        raise ConfigError(f"{path}.init_noise_std must be > 0, got {policy.init_noise_std}.")
     low, high = (float(value) for value in policy.std_range)
     if not 0 <= low < high:
-        raise ConfigError(f"agent.policy.std_range must be (min, max) with 0 <= min < max, got {policy.std_range}.")
+        raise ConfigError(f"{path}.std_range must be (min, max) with 0 <= min < max, got {policy.std_range}.")
     if policy.state_dependent_std and not policy.learn_std:
         raise ConfigError(
-            "agent.policy.state_dependent_std=true learns the std from the observation: it needs "
-            "agent.policy.learn_std=true (rsl_rl's heteroscedastic distribution has no fixed std either)."
+            f"{path}.state_dependent_std=true learns the std from the observation: it needs "
+            f"{path}.learn_std=true (rsl_rl's heteroscedastic distribution has no fixed std either)."
         )
 
 
@@ -144,6 +149,70 @@ def _check_rnd(rnd) -> None:
         raise ConfigError("agent.algorithm.rnd_cfg.weight_schedule: final_step must be after initial_step.")
 
 
+TEACHER_NETWORK_FIELDS = ("rnn_type", "rnn_hidden_size", "rnn_num_layers", "actor_hidden_dims", "activation")
+TEACHER_NETWORK_FIELDS += ("state_dependent_std", "actor_obs_normalization")
+"""What makes a teacher's deterministic action: these fields of ``agent.teacher`` must be its checkpoint's."""
+
+
+def _check_distillation(agent_cfg: TorchRLDistillationRunnerCfg) -> None:
+    """Rejects a distillation config that rsl_rl's ``Distillation`` could not run."""
+    algo = agent_cfg.algorithm
+    validate_policy_cfg(agent_cfg.teacher, "agent.teacher")
+    if algo.gradient_length < 1:
+        raise ConfigError(f"agent.algorithm.gradient_length must be >= 1, got {algo.gradient_length}.")
+    _one_of("agent.algorithm.loss_type", algo.loss_type, DISTILLATION_LOSSES)
+    _one_of("agent.algorithm.optimizer", algo.optimizer, OPTIMIZERS)
+    if algo.max_grad_norm is not None and algo.max_grad_norm <= 0:
+        raise ConfigError(f"agent.algorithm.max_grad_norm must be > 0 or null, got {algo.max_grad_norm}.")
+    unknown_sets = sorted(set(agent_cfg.obs_groups or {}) - {"student", "teacher"})
+    if unknown_sets:
+        raise ConfigError(f"agent.obs_groups has entries {unknown_sets}; only 'student' and 'teacher' are read.")
+    if agent_cfg.compile or agent_cfg.cudagraphs:
+        raise ConfigError("agent.compile and agent.cudagraphs apply to PPO's update; distillation's runs eagerly.")
+
+
+def check_teacher_checkpoint(agent_cfg: TorchRLDistillationRunnerCfg, checkpoint: dict, path: str) -> None:
+    """Rejects a checkpoint of this runner whose teacher (a PPO checkpoint's actor, a distillation checkpoint's
+    teacher) is not the network of ``agent.teacher``, naming the fields that differ. An rsl_rl checkpoint has no
+    config to compare: the shapes of its weights are checked when they are copied."""
+    import yaml
+
+    if "config" not in checkpoint:
+        return
+    trained = yaml.safe_load(checkpoint["config"])
+    network = trained.get("teacher") if "teacher" in checkpoint else trained.get("policy")
+    differ = [name for name in TEACHER_NETWORK_FIELDS if (network or {}).get(name) != getattr(agent_cfg.teacher, name)]
+    if differ:
+        found = ", ".join(f"{name}={(network or {}).get(name)!r}" for name in differ)
+        raise ConfigError(
+            f"The teacher of checkpoint {path} has {found}, which agent.teacher does not: set agent.teacher.<field> "
+            "to the checkpoint's (its run's params/agent.yaml)."
+        )
+
+
+def _check_ppo(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
+    """Rejects a PPO config (with its extensions) that rsl_rl's ``PPO`` could not run."""
+    algo, obs_groups = agent_cfg.algorithm, agent_cfg.obs_groups or {}
+    if algo.desired_kl is not None and algo.desired_kl <= 0:
+        raise ConfigError(f"agent.algorithm.desired_kl must be > 0 or null, got {algo.desired_kl}.")
+    _one_of("agent.algorithm.schedule", algo.schedule, SCHEDULES)
+    if algo.symmetry_cfg is not None:
+        _check_symmetry(agent_cfg)
+    if algo.rnd_cfg is not None:
+        _check_rnd(algo.rnd_cfg)
+    unknown_sets = sorted(set(obs_groups) - {"actor", "critic", "rnd_state"})
+    if unknown_sets:
+        raise ConfigError(
+            f"agent.obs_groups has entries {unknown_sets}; only 'actor', 'critic' and 'rnd_state' are read."
+        )
+    # one update learns from every environment's rollout, in both collection modes
+    if not 1 <= algo.num_mini_batches <= num_envs:
+        raise ConfigError(
+            f"agent.algorithm.num_mini_batches ({algo.num_mini_batches}) must be between 1 and the "
+            f"{num_envs} trajectory slices (environments) of a batch."
+        )
+
+
 def check_tracker(logger: str) -> None:
     """Rejects an unknown tracker, a tracker whose client is not installed, or one without credentials."""
     if logger not in TRACKERS:
@@ -182,11 +251,12 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
     """
     _one_of("agent.speed", agent_cfg.speed, SPEEDS)
     fast = agent_cfg.speed == "auto"
+    eager_update = isinstance(agent_cfg, TorchRLDistillationRunnerCfg)  # distillation's update is not compiled
     cuda_simulation = str(agent_cfg.device).startswith("cuda")
     cuda_learner = str(agent_cfg.train_device or agent_cfg.device).startswith("cuda")
     collector = agent_cfg.collector
     if agent_cfg.compile is None:
-        agent_cfg.compile = fast and cuda_learner and agent_cfg.cudagraphs is not False
+        agent_cfg.compile = fast and cuda_learner and agent_cfg.cudagraphs is not False and not eager_update
     if agent_cfg.cudagraphs is None:
         agent_cfg.cudagraphs = fast and cuda_learner and agent_cfg.compile
     if collector.cudagraph_policy is None:
@@ -207,7 +277,7 @@ def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
     update = "compiled + CUDA graph" if agent_cfg.cudagraphs else "compiled" if agent_cfg.compile else "eager"
     if policy.rnn_type is not None:
         update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend})"
-    if agent_cfg.algorithm.use_mixed_precision:
+    if getattr(agent_cfg.algorithm, "use_mixed_precision", False):
         update += ", bfloat16 losses"
     if agent_cfg.tf32:
         update += ", TF32 products"
@@ -254,28 +324,23 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         raise ConfigError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
     if agent_cfg.save_interval < 1:
         raise ConfigError(f"agent.save_interval must be >= 1, got {agent_cfg.save_interval}.")
-    if algo.desired_kl is not None and algo.desired_kl <= 0:
-        raise ConfigError(f"agent.algorithm.desired_kl must be > 0 or null, got {algo.desired_kl}.")
     if algo.learning_rate <= 0:
         raise ConfigError(f"agent.algorithm.learning_rate must be > 0, got {algo.learning_rate}.")
     if algo.num_learning_epochs < 1:
         raise ConfigError(f"agent.algorithm.num_learning_epochs must be >= 1, got {algo.num_learning_epochs}.")
-    _one_of("agent.algorithm.schedule", algo.schedule, SCHEDULES)
     obs_groups = agent_cfg.obs_groups or {}
+    distillation = isinstance(agent_cfg, TorchRLDistillationRunnerCfg)
     if not isinstance(obs_groups, dict) or not all(isinstance(v, list | tuple) for v in obs_groups.values()):
+        example = {"student": ["policy"], "teacher": ["policy"]} if distillation else {"actor": ["policy"]}
+        example = example if distillation else {**example, "critic": ["critic"]}
         raise ConfigError(
-            f"agent.obs_groups must map 'actor' and 'critic' to lists of observation groups, got {obs_groups!r}; "
-            """on the command line: 'agent.obs_groups={"actor":["policy"],"critic":["critic"]}'."""
+            f"agent.obs_groups must map {' and '.join(map(repr, example))} to lists of observation groups, got "
+            f"{obs_groups!r}; on the command line: 'agent.obs_groups={json.dumps(example, separators=(',', ':'))}'."
         )
-    if algo.symmetry_cfg is not None:
-        _check_symmetry(agent_cfg)
-    if algo.rnd_cfg is not None:
-        _check_rnd(algo.rnd_cfg)
-    unknown_sets = sorted(set(obs_groups) - {"actor", "critic", "rnd_state"})
-    if unknown_sets:
-        raise ConfigError(
-            f"agent.obs_groups has entries {unknown_sets}; only 'actor', 'critic' and 'rnd_state' are read."
-        )
+    if distillation:
+        _check_distillation(agent_cfg)
+    else:
+        _check_ppo(agent_cfg, num_envs)
     if agent_cfg.cudagraphs:
         if not agent_cfg.compile:
             raise ConfigError(
@@ -294,10 +359,4 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
     if collector.cudagraph_policy and not str(agent_cfg.device).startswith("cuda"):
         raise ConfigError(
             f"agent.collector.cudagraph_policy=true needs a CUDA simulation device, got {agent_cfg.device!r}."
-        )
-    # one update learns from every environment's rollout, in both collection modes
-    if not 1 <= algo.num_mini_batches <= num_envs:
-        raise ConfigError(
-            f"agent.algorithm.num_mini_batches ({algo.num_mini_batches}) must be between 1 and the "
-            f"{num_envs} trajectory slices (environments) of a batch."
         )

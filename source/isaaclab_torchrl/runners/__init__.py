@@ -1,7 +1,17 @@
-"""Training: the runner (the loop) over the PPO learner, the collector workers and the logger, one module each."""
+"""Training: the runner (the loop) over a learner (PPO, distillation), the collector workers and the logger, one
+module each."""
 
 from .checkpoint import find_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
+from .distillation import Distillation
 from .on_policy_runner import TorchRLRunner
 from .ppo import PPO
 
-__all__ = ["PPO", "TorchRLRunner", "find_checkpoint", "load_checkpoint", "resolve_checkpoint", "save_checkpoint"]
+__all__ = [
+    "PPO",
+    "Distillation",
+    "TorchRLRunner",
+    "find_checkpoint",
+    "load_checkpoint",
+    "resolve_checkpoint",
+    "save_checkpoint",
+]

@@ -8,6 +8,8 @@ import tempfile
 
 import torch
 
+from .rsl_rl_teacher import RSL_RL_ACTOR_KEY, is_rsl_rl_checkpoint
+
 MODEL_PATTERN = r"model_\d+\.pt"
 
 
@@ -26,8 +28,10 @@ def save_checkpoint(state: dict, path: str) -> None:
         raise
 
 
-def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict:
-    """Reads a checkpoint written by :func:`save_checkpoint`.
+def load_checkpoint(path: str, map_location: str | torch.device = "cpu", rsl_rl_teacher: bool = False) -> dict:
+    """Reads a checkpoint written by :func:`save_checkpoint`; with ``rsl_rl_teacher`` (for a distillation run's
+    teacher) also one of rsl_rl's ``OnPolicyRunner``, as ``{"rsl_rl_actor": <its actor's weights>, "iteration": ...}``
+    (:mod:`isaaclab_torchrl.runners.rsl_rl_teacher`).
 
     Raises:
         ValueError: the file is missing, truncated or not a checkpoint of this runner.
@@ -36,7 +40,9 @@ def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:
         raise ValueError(f"Cannot read checkpoint {path}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
-    if not isinstance(state, dict) or not {"actor", "critic", "iteration", "config"} <= set(state):
+    if rsl_rl_teacher and is_rsl_rl_checkpoint(state):
+        return {RSL_RL_ACTOR_KEY: state["actor_state_dict"], "iteration": state["iter"]}
+    if not isinstance(state, dict) or not {"actor", "iteration", "config"} <= set(state):
         raise ValueError(f"{path} is not a checkpoint of the isaaclab_torchrl runner.")
     return state
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from tensordict import TensorDictBase
@@ -14,7 +14,6 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import IsaacLabEnvFactory
-from ..models import CollectionPolicyFactory, EnvInterface
 from .safety import CollectorWatchdog, WorkerFailure, init_worker
 
 
@@ -31,7 +30,7 @@ class Collection:
         cfg: The runner configuration (its ``collector`` section, ``num_steps_per_env`` and devices are read).
         env_factories: One factory per worker.
         policy: The learner's collection policy: its weights are the ones sent to the workers.
-        interface: Observation and action sizes, for the workers' own copy of the policy.
+        policy_factory: What builds each worker's own copy of the policy (the learner's ``policy_factory``).
 
     Raises (while iterating):
         WorkerFailure: a worker died, or no batch (or weight acknowledgement) came within the timeout.
@@ -42,12 +41,12 @@ class Collection:
         cfg: TorchRLRunnerCfg,
         env_factories: list[IsaacLabEnvFactory],
         policy: torch.nn.Module,
-        interface: EnvInterface,
+        policy_factory: Callable[[], torch.nn.Module],
     ):
         self.cfg = cfg
         self.env_factories = env_factories
         self.policy = policy
-        self.interface = interface
+        self.policy_factory = policy_factory
         self.policy_version = 0
         """Weight syncs so far: the version of the policy the workers act with after the next one lands."""
         self.wait_time = 0.0
@@ -137,7 +136,7 @@ class Collection:
         return collector_class(
             create_env_fn=self.env_factories,
             policy=self.policy,
-            policy_factory=CollectionPolicyFactory(cfg.policy, self.interface, cfg.device),
+            policy_factory=self.policy_factory,
             weight_sync_schemes={"policy": MultiProcessWeightSyncScheme()},
             frames_per_batch=sum(frames_per_worker) if sync else frames_per_worker[0],
             total_frames=-1,

@@ -20,10 +20,13 @@ LOSS_TAGS = {
     "rnd": "Loss/rnd",
     "rnd_weight": "Rnd/weight",
     "rnd_intrinsic_reward": "Rnd/intrinsic_reward_per_step",
+    "behavior": "Loss/behavior",
+    "kl": "Loss/kl",
+    "grad_norm": "Loss/grad_norm",
 }
-"""PPO's losses under rsl_rl's tags (``symmetry`` and ``rnd`` with those extensions); ``kl`` and ``grad_norm`` are ours
-(``Loss/kl``, ``Loss/grad_norm``), and RND's weight and mean intrinsic reward per step (rsl_rl logs its sum per
-episode)."""
+"""PPO's and distillation's (``behavior``) losses under rsl_rl's tags (``symmetry`` and ``rnd`` with those
+extensions); ``kl`` and ``grad_norm`` are ours, and RND's weight and mean intrinsic reward per step (rsl_rl logs its
+sum per episode)."""
 
 
 def finished_episodes(td: TensorDictBase) -> tuple[list[float], list[int]]:
@@ -93,9 +96,10 @@ class Logger:
         """Writes one iteration's scalars and prints its line.
 
         Args:
-            stats: The update's statistics (``surrogate``, ``value``, ``entropy``, ``kl``, ``grad_norm``; with
-                asynchronous collection ``importance_weight`` and ``truncated_fraction``), the ``learning_rate``,
-                ``mean_std``, ``policy_lag`` and, with several ranks, ``communication_time``.
+            stats: The update's statistics (PPO's ``surrogate``, ``value``, ``entropy``, ``kl``, ``grad_norm``, with
+                asynchronous collection ``importance_weight`` and ``truncated_fraction``; distillation's ``behavior``
+                and ``grad_norm``), the ``learning_rate``, ``mean_std``, ``policy_lag`` and, with several ranks,
+                ``communication_time``.
         """
         fps = num_steps / (collect_time + learn_time)
         self.total_time += collect_time + learn_time
@@ -103,7 +107,6 @@ class Logger:
         length = statistics.fmean(self.episode_lengths) if self.episode_lengths else None
         if self.writer is not None:
             scalars = {tag: stats[key] for key, tag in LOSS_TAGS.items() if key in stats}
-            scalars.update({"Loss/kl": stats["kl"], "Loss/grad_norm": stats["grad_norm"]})
             scalars["Loss/learning_rate"] = stats["learning_rate"]
             scalars["Policy/mean_std"] = stats["mean_std"]
             scalars.update({"Perf/total_fps": fps, "Perf/collection_time": collect_time})
@@ -132,12 +135,20 @@ class Logger:
             f"(collect {collect_time:.2f}s, learn {learn_time:.2f}s{communication}) | "
             f"return {'n/a' if reward is None else f'{reward:.2f}':>9} | "
             f"ep len {'n/a' if length is None else f'{length:.1f}':>7} | "
-            f"value {stats['value']:.4f} | surrogate {stats['surrogate']:+.4f} | "
-            f"entropy {stats['entropy']:.3f} | kl {stats['kl']:.4f} | lag {stats['policy_lag']:.1f} | "
-            f"lr {stats['learning_rate']:.1e} | ETA {eta:6.0f}s",
+            f"{_losses(stats)} | lag {stats['policy_lag']:.1f} | lr {stats['learning_rate']:.1e} | ETA {eta:6.0f}s",
             flush=True,
         )
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _losses(stats: dict[str, float]) -> str:
+    """The console line's losses: distillation's behaviour loss, or PPO's."""
+    if "behavior" in stats:
+        return f"behavior {stats['behavior']:.5f}"
+    return (
+        f"value {stats['value']:.4f} | surrogate {stats['surrogate']:+.4f} | "
+        f"entropy {stats['entropy']:.3f} | kl {stats['kl']:.4f}"
+    )

@@ -1,4 +1,5 @@
-"""The training loop: batches from the collector workers, PPO updates, weight syncs, logs and checkpoints."""
+"""The training loop: batches from the collector workers, the learner's updates (PPO's or distillation's), weight
+syncs, logs and checkpoints."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import time
 import torch
 import yaml
 
-from ..agents.torchrl_cfg import TorchRLRunnerCfg
+from ..agents.torchrl_cfg import TorchRLDistillationRunnerCfg, TorchRLRunnerCfg
 from ..envs import IsaacLabEnvFactory
 from ..models import EnvInterface
 from .checkpoint import load_checkpoint, save_checkpoint
 from .collection import Collection
+from .distillation import Distillation
 from .distributed import DistributedContext, average
 from .logger import Logger
 from .ppo import PPO
@@ -26,8 +28,21 @@ class TrackerStartError(RuntimeError):
     """The tracker of ``agent.logger`` could not start its run (nothing was trained)."""
 
 
+def make_learner(
+    cfg: TorchRLRunnerCfg, interface: EnvInterface, distributed: DistributedContext | None
+) -> PPO | Distillation:
+    """The learner of the config: PPO, or distillation for a :class:`TorchRLDistillationRunnerCfg`. Both take
+    batches (:meth:`update`), hold the policy the workers run (:attr:`collection_policy`, :attr:`policy_factory`)
+    and save and load their state."""
+    device = cfg.train_device or cfg.device
+    if isinstance(cfg, TorchRLDistillationRunnerCfg):
+        return Distillation(cfg, interface, device)
+    return PPO(cfg, interface, device, distributed, lag_corrected=not cfg.collector.sync)
+
+
 class TorchRLRunner:
-    """Trains a (recurrent) PPO agent on Isaac Lab environments that live only in collector subprocesses.
+    """Trains a (recurrent) PPO agent, or distils a teacher into a student, on Isaac Lab environments that live only
+    in collector subprocesses.
 
     Args:
         env_factories: One factory per collector subprocess.
@@ -57,9 +72,7 @@ class TorchRLRunner:
         self.log_dir = log_dir
         self.distributed = distributed
         torch.manual_seed(cfg.seed)
-        self.learner = PPO(
-            cfg, interface, cfg.train_device or cfg.device, distributed, lag_corrected=not cfg.collector.sync
-        )
+        self.learner = make_learner(cfg, interface, distributed)
         self.iteration = 0
         self._last_saved = None
         self.tracker = Tracker()
@@ -85,12 +98,12 @@ class TorchRLRunner:
         echo = self.distributed is None or self.distributed.is_main
         logger = Logger(self.log_dir, start_iteration, echo=echo, tracker=self.tracker)
         start_time = time.perf_counter()
-        policy = self.learner.collection_policy
+        policy, policy_factory = self.learner.collection_policy, self.learner.policy_factory
         stopped = False
         try:
             with (
                 StopSignals() as stop,
-                self.collection_class(self.cfg, self.env_factories, policy, self.interface) as workers,
+                self.collection_class(self.cfg, self.env_factories, policy, policy_factory) as workers,
             ):
                 for batch in workers:
                     if self.distributed is not None and self.iteration == start_iteration:
@@ -183,20 +196,28 @@ class TorchRLRunner:
     def save(self, path: str) -> None:
         save_checkpoint(self.state_dict(), path)
 
-    def load(self, path: str, optimizer: bool = True) -> None:
-        """Restores networks, optimizer, learning rate, iteration counter and RNG state from a checkpoint.
+    def load(self, path: str, optimizer: bool = True) -> bool:
+        """Restores networks, optimizer, learning rate, iteration counter and RNG state from a checkpoint; a
+        distillation run given a PPO checkpoint (this runner's or rsl_rl's) takes its teacher from it, and nothing
+        else.
 
         Args:
             optimizer: Restore the optimizer and the learning rate too; ``False`` keeps a fresh optimizer and the
                 configured learning rate (``--no-resume_optimizer_state``).
 
+        Returns:
+            Whether the run continues the checkpoint's (its iteration counter and RNG state restored).
+
         Raises:
             ValueError: the checkpoint cannot be read or was trained with other networks or sizes.
         """
-        state = load_checkpoint(path, map_location=self.learner.device)
+        distillation = isinstance(self.cfg, TorchRLDistillationRunnerCfg)
+        state = load_checkpoint(path, map_location=self.learner.device, rsl_rl_teacher=distillation)
         try:
-            self.learner.load_state_dict(state, optimizer=optimizer)
+            continues = self.learner.load_state_dict(state, optimizer=optimizer)
         except ValueError as exc:
             raise ValueError(f"Checkpoint {path} does not fit this task and agent ({exc})") from exc
-        self.iteration = state["iteration"]
-        torch.set_rng_state(state["rng_state"].cpu())
+        if continues:
+            self.iteration = state["iteration"]
+            torch.set_rng_state(state["rng_state"].cpu())
+        return continues

@@ -15,7 +15,14 @@ from torchrl.modules import set_recurrent_mode
 
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import FINAL_OBS_KEY
-from ..models import EnvInterface, make_collection_policy, make_models, noise_std, observation_normalizers
+from ..models import (
+    CollectionPolicyFactory,
+    EnvInterface,
+    make_collection_policy,
+    make_models,
+    noise_std,
+    observation_normalizers,
+)
 from ..symmetry import Mirror
 from .compilation import COMPILE_SETTINGS, tf32_products
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
@@ -143,6 +150,11 @@ class PPO:
         self.batch_noise_std = torch.tensor(float(cfg.policy.init_noise_std))
         """With state-dependent noise, its mean std over the last batch the update was given."""
         self.lag_corrected = lag_corrected
+
+    @property
+    def policy_factory(self) -> CollectionPolicyFactory:
+        """What builds the workers' own copy of :attr:`collection_policy`."""
+        return CollectionPolicyFactory(self.cfg.policy, self.interface, self.cfg.device)
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One PPO update on a collected batch: GAE, then epochs of minibatches of whole trajectory slices.
@@ -361,8 +373,9 @@ class PPO:
             state.update(rnd=self.rnd.state_dict(), rnd_optimizer=self.rnd_optimizer.state_dict())
         return state
 
-    def load_state_dict(self, state: dict, optimizer: bool = True) -> None:
-        """Restores networks and, with ``optimizer``, the optimizer and the learning rate.
+    def load_state_dict(self, state: dict, optimizer: bool = True) -> bool:
+        """Restores networks and, with ``optimizer``, the optimizer and the learning rate; returns ``True`` (a PPO
+        checkpoint's iteration and RNG state apply: it continues its run).
 
         Raises:
             ValueError: the state was trained with other networks or sizes.
@@ -382,3 +395,4 @@ class PPO:
             self.lr.fill_(float(state["learning_rate"]))
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
+        return True
