@@ -16,11 +16,19 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 
+class ParamsLoader(yaml.SafeLoader):
+    """Reads Isaac Lab's params files, whose Python objects (a manager-based task's ``slice``, say) load as
+    ``None``: only plain fields are read here."""
+
+
+ParamsLoader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+
+
 def steps_per_iteration(run_dir: str) -> int:
     with open(os.path.join(run_dir, "params", "env.yaml")) as file:
-        env = yaml.load(file, Loader=yaml.FullLoader)
+        env = yaml.load(file, Loader=ParamsLoader)
     with open(os.path.join(run_dir, "params", "agent.yaml")) as file:
-        agent = yaml.load(file, Loader=yaml.FullLoader)
+        agent = yaml.load(file, Loader=ParamsLoader)
     return int(env["scene"]["num_envs"]) * int(agent["num_steps_per_env"])
 
 
