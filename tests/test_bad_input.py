@@ -15,7 +15,6 @@ CASES = {
     "unknown task": (["--task", "Isaac-Does-Not-Exist"], "Unknown task 'Isaac-Does-Not-Exist'"),
     "task without a torchrl config": (["--task", "Isaac-Pendulum-MARL-Direct"], "has no torchrl agent config"),
     "image task": (["--task", "Isaac-Cartpole-Camera-Direct"], "image observations are not supported yet"),
-    "multi-agent task": (["--task", "Isaac-Shadow-Handover-Direct"], "is a multi-agent task"),
     "unknown recurrent backend": (
         ["--task", "Isaac-Cartpole-Direct", "agent.policy.recurrent_backend=cudnn"],
         "agent.policy.recurrent_backend must be one of",

@@ -216,7 +216,7 @@ def test_every_task_with_an_rsl_rl_agent_resolves_a_torchrl_agent_or_is_listed_a
             supported.append(task)
         assert (task in unsupported) != (task in supported), task
     for reason in unsupported.values():
-        assert "not supported" in reason or "multi-agent" in reason, reason
+        assert "not supported" in reason, reason
     assert set(unsupported) == _documented_unsupported_tasks()
     assert len(set(supported)) + len(unsupported) == len(_rsl_rl_tasks()) == 89
     assert state_dependent == 2 * 7  # the seven tasks with rsl_rl's heteroscedastic noise, both agent keys

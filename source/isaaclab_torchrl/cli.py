@@ -267,10 +267,6 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
     if args.seed is not None:
         agent_cfg.seed = args.seed
     env_cfg.seed = agent_cfg.seed
-    from isaaclab.envs import DirectMARLEnvCfg
-
-    if isinstance(env_cfg, DirectMARLEnvCfg):
-        raise UsageError(f"Task {args.task!r} is a multi-agent task; the torchrl runner trains single-agent tasks.")
     use_available_actuators(env_cfg)
     return env_cfg, agent_cfg
 

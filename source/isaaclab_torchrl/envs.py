@@ -234,6 +234,7 @@ class IsaacLabEnvFactory:
         import isaaclab_tasks  # noqa: F401  (registers the tasks in this process)
         from isaaclab.app import launch_simulation
         from isaaclab.cli import load_external_tasks
+        from isaaclab.envs import DirectMARLEnvCfg, multi_agent_to_single_agent
 
         from .offline_assets import use_offline_assets
 
@@ -251,6 +252,10 @@ class IsaacLabEnvFactory:
         simulation = launch_simulation(env_cfg, dict(self.launcher_args))
         simulation.__enter__()
         env = gym.make(self.task, cfg=env_cfg)
+        if isinstance(env_cfg, DirectMARLEnvCfg):
+            # as Isaac Lab's rsl_rl workflow trains a multi-agent task: one agent, the agents' observations
+            # concatenated, their actions split, their rewards summed, an episode ending when all agents' end
+            env = multi_agent_to_single_agent(env)
         wrapped = IsaacLabEnv(
             env,
             clip_actions=self.clip_actions,
