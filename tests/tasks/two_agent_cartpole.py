@@ -2,8 +2,9 @@
 here: ``--task two_agent_cartpole:Isaac-Cartpole-Two-Agent-Test`` with this folder on ``PYTHONPATH``.
 
 The ``cart`` agent observes the cart's position and velocity, the ``pole`` agent the pole's angle and velocity;
-each pushes the cart, the force being the sum of their actions, and both receive Cartpole's reward. Isaac Lab's
-single-agent conversion makes it a task of 4 observations (cart's, then pole's) and 2 actions."""
+each pushes the cart, the force being the sum of their actions, and each receives half of Cartpole's reward.
+Isaac Lab's single-agent conversion makes it a task of 4 observations (the cart's, then the pole's), 2 actions and
+Cartpole's reward (the sum of the agents'). The initial states, rewards and agent are Isaac-Cartpole-Direct's."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class TwoAgentCartpoleEnv(DirectMARLEnv):
             terminated,
             self.step_dt,
         )
-        return {agent: reward for agent in self.cfg.possible_agents}
+        return {agent: reward / 2 for agent in self.cfg.possible_agents}
 
     def _get_dones(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         self.joint_pos = self.cartpole.data.joint_pos.torch
@@ -87,7 +88,14 @@ class TwoAgentCartpoleEnv(DirectMARLEnv):
         super()._reset_idx(env_ids)
         joint_pos = self.cartpole.data.default_joint_pos.torch[env_ids].clone()
         joint_vel = self.cartpole.data.default_joint_vel.torch[env_ids].clone()
-        joint_pos[:, self._pole] += sample_uniform(*CARTPOLE.initial_pole_angle_range, (len(env_ids), 1), self.device)
+        # Isaac-Cartpole-Direct's initial states
+        for state, joint, sampled in (
+            (joint_pos, self._cart, CARTPOLE.initial_cart_position_range),
+            (joint_vel, self._cart, CARTPOLE.initial_cart_velocity_range),
+            (joint_pos, self._pole, CARTPOLE.initial_pole_angle_range),
+            (joint_vel, self._pole, CARTPOLE.initial_pole_velocity_range),
+        ):
+            state[:, joint] += sample_uniform(*sampled, (len(env_ids), 1), self.device)
         root_pose = self.cartpole.data.default_root_pose.torch[env_ids].clone()
         root_pose[:, :3] += self.scene.env_origins[env_ids]
         self.joint_pos[env_ids] = joint_pos
@@ -106,7 +114,8 @@ class TwoAgentCartpoleAgentCfg(TorchRLRunnerCfg):
     num_steps_per_env = 16
     max_iterations = 5
     policy = TorchRLPolicyCfg(actor_hidden_dims=[32, 32], critic_hidden_dims=[32, 32])
-    algorithm = TorchRLPpoCfg(num_learning_epochs=2, num_mini_batches=2, learning_rate=1e-3)
+    # Isaac-Cartpole-Direct's rsl_rl agent, ported
+    algorithm = TorchRLPpoCfg(num_learning_epochs=5, num_mini_batches=4, learning_rate=1e-3, entropy_coef=0.005)
 
 
 if TASK not in gym.registry:
