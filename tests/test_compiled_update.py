@@ -65,3 +65,27 @@ def test_the_compiled_recurrent_update_equals_the_plain_pytorch_one():
     stats = _update(learner, batch)
 
     _assert_update_equals(learner, initial, stats, reference)
+
+
+def test_the_compiled_updates_inputs_come_in_the_same_order_in_every_process():
+    """The order of the minibatch's entries is the order of the compiled graph's inputs, part of the key of
+    inductor's cache of the compiled update: an order that changes from process to process (a set of keys, string
+    hashing) makes every new process compile the update again."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from test_learner import INTERFACE, ONE_STEP, _cfg\n"
+        "from isaaclab_torchrl.runners import PPO\n"
+        "print(PPO(_cfg('lstm', **ONE_STEP), INTERFACE, 'cpu').loss_keys)\n"
+    )
+    tests = os.path.dirname(os.path.abspath(__file__))
+    orders = set()
+    for seed in range(4):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tests, env.get("PYTHONPATH")]))
+        process = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert process.returncode == 0, process.stderr[-2000:]
+        orders.add(process.stdout.strip().splitlines()[-1])
+    assert len(orders) == 1, orders
