@@ -114,9 +114,9 @@ class PPO:
             mirror=self.mirror,
             augmented=self.augmented,
         )
-        # sorted: torchrl lists in_keys from a set (order varies per process), which is the compiled graph's input
-        # order, a part of the key of inductor's cache
-        self.loss_keys = [k for k in sorted(self.loss.in_keys, key=str) if not (isinstance(k, tuple) and k[0] == "next")]
+        # sorted: torchrl lists in_keys from a set, in an order that varies per process (part of inductor's cache key)
+        in_keys = sorted(self.loss.in_keys, key=str)
+        self.loss_keys = [k for k in in_keys if not (isinstance(k, tuple) and k[0] == "next")]
         # "loc" and "scale": the reference policy of the KL that drives the adaptive learning rate
         self.loss_keys += [key for key in ("loc", "scale") if key not in self.loss_keys]
         self.loss_keys += ["advantage", "value_target", "state_value"]
