@@ -35,7 +35,7 @@ from .models import ActorParts
 from .policy import load_policy
 from .runs import experiment_root
 
-MISSING_LEAPP = "LEAPP is not installed: install it with  pip install -e '.[leapp]'  (or: pip install leapp==0.7.2)."
+MISSING_LEAPP = "LEAPP is not installed: pip install -e '.[leapp]' (or pip install leapp==0.7.2)."
 
 
 def make_parser() -> argparse.ArgumentParser:
