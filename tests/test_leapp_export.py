@@ -46,6 +46,7 @@ def test_export_passes_leapp_validation_and_names_the_terms(exported, kind):
     run_dir, process = exported[kind]
     assert_ok(process)
     assert f"Exported LEAPP pipeline: {pipeline_path(run_dir)}" in process.stdout
+    assert "LEAPP's replay of the recorded steps validated it" in process.stdout
     with open(os.path.join(run_dir, TASK, "log.txt")) as file:
         log = file.read()
     assert f"[PASS] {TASK} passed validation (5 examples)" in log and "Passed: 1/1" in log
@@ -68,6 +69,19 @@ def test_export_passes_leapp_validation_and_names_the_terms(exported, kind):
         assert os.path.isfile(os.path.join(run_dir, TASK, pipeline["initial_values"]))
     else:
         assert pipeline["feedback_flow"] == {}
+
+
+def test_a_task_without_leapp_annotations_is_refused_in_one_line(short_mlp_run):
+    """Isaac-Cartpole-Direct annotates none of its tensors: LEAPP traces no model, which is said, not validated."""
+    workdir, _, _ = short_mlp_run
+    process = run_script("export.py", ["--task", "Isaac-Cartpole-Direct", *SIMULATION_CPU_ARGS], cwd=workdir)
+    assert process.returncode == 2, process.stderr[-4000:]
+    errors = [line for line in process.stderr.splitlines() if line.startswith("[torchrl] error")]
+    assert errors == [
+        "[torchrl] error: LEAPP traced no model: task 'Isaac-Cartpole-Direct' annotates none of its tensors for LEAPP "
+        "(Isaac Lab annotates manager-based tasks; a Direct task annotates its own)."
+    ]
+    assert "validated" not in process.stdout
 
 
 def test_exported_recurrent_state_is_the_actors_across_a_reset(exported):

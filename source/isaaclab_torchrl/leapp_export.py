@@ -21,6 +21,7 @@ import os
 import sys
 
 import torch
+import yaml
 from isaaclab_rl.entrypoints.backends.export_common import (
     add_common_export_args,
     finalize_export_args,
@@ -100,7 +101,20 @@ def main(argv: list[str]) -> int:
         print(f"[torchrl] error: {exc}", file=sys.stderr)
         return 2
     graph_name = args.export_task_name or args.task.split(":")[-1]
-    print(f"[torchrl] Exported LEAPP pipeline: {os.path.join(save_path, graph_name, graph_name + '.yaml')}")
+    folder = os.path.join(save_path, graph_name)
+    pipeline = os.path.join(folder, graph_name + ".yaml")
+    with open(pipeline) as file:
+        if not yaml.safe_load(file).get("models"):
+            print(
+                f"[torchrl] error: LEAPP traced no model: task {args.task!r} annotates none of its tensors for LEAPP "
+                "(Isaac Lab annotates manager-based tasks; a Direct task annotates its own).",
+                file=sys.stderr,
+            )
+            return 2
+    print(f"[torchrl] Exported LEAPP pipeline: {pipeline}")
+    if args.validation_steps > 0:
+        # LEAPP raises when a replayed output differs; its report is in its log
+        print(f"[torchrl] LEAPP's replay of the recorded steps validated it ({os.path.join(folder, 'log.txt')})")
     return 0
 
 
