@@ -31,9 +31,21 @@ setup(
         "wandb": ["wandb"],
         "neptune": ["neptune"],
         "mlflow": ["mlflow"],
+        # scripts/export.py: LEAPP, the version Isaac Lab 3.0's export annotations are made for (isaaclab[leapp])
+        "leapp": ["leapp==0.7.2"],
         # the trackers' tests: W&B and Neptune offline, MLflow's client with a local SQLite store (mlflow-skinny is
-        # the same client as mlflow, without the UI's server dependencies)
-        "test": ["pytest", "onnx", "onnxruntime", "wandb", "neptune", "mlflow-skinny", "sqlalchemy", "alembic"],
+        # the same client as mlflow, without the UI's server dependencies); the LEAPP export's tests
+        "test": [
+            "pytest",
+            "onnx",
+            "onnxruntime",
+            "wandb",
+            "neptune",
+            "mlflow-skinny",
+            "sqlalchemy",
+            "alembic",
+            "leapp==0.7.2",
+        ],
     },
     zip_safe=False,
 )
