@@ -39,6 +39,10 @@ class Tracker:
     def log_scalars(self, scalars: dict[str, float], step: int) -> None:
         """One iteration's scalars under their TensorBoard tags."""
 
+    def log_evaluation(self, scalars: dict[str, float], iteration: int, step: int) -> None:
+        """An evaluation's scalars, of the policy of ``iteration``, finished at the training iteration ``step``."""
+        self.log_scalars(scalars, iteration)
+
     def log_file(self, path: str, folder: str) -> None:
         """A file of the run folder (a checkpoint, a config, the git state) under ``folder``."""
 
@@ -61,6 +65,15 @@ class WandbTracker(Tracker):
 
     def log_scalars(self, scalars: dict[str, float], step: int) -> None:
         self.run.log(scalars, step=step)
+
+    def log_evaluation(self, scalars: dict[str, float], iteration: int, step: int) -> None:
+        # W&B drops a step lower than one already logged: the evaluation goes in at the step it finished, and its
+        # charts are drawn against the iteration evaluated
+        axis = "Eval/iteration"
+        self.run.define_metric(axis)
+        for tag in scalars:
+            self.run.define_metric(tag, step_metric=axis)
+        self.run.log({**scalars, axis: iteration}, step=step)
 
     def log_file(self, path: str, folder: str) -> None:
         self.run.save(path, base_path=self.log_dir, policy="now")
