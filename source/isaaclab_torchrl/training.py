@@ -118,6 +118,8 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
         run.log_dir = resumed or new_run_dir(agent_cfg.experiment_name, agent_cfg.run_name, args.run_timestamp)
         if args.video:
             record_training_video(env_cfg, run.log_dir, args)
+            if run.eval_env_cfg is not None:
+                record_training_video(run.eval_env_cfg, run.log_dir, args, subdir="eval")
         run.new_folder = not os.path.exists(run.log_dir)
         try:
             create_run_dir(run.log_dir)
@@ -126,12 +128,13 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
     return run
 
 
-def record_training_video(env_cfg, log_dir: str, args: argparse.Namespace) -> None:
-    """``--video``: Isaac Lab's recorder on the env config (``<run>/videos/train``); it records inside the first
-    collector worker's ``env.step()``, from the visualizer named with ``--viz``."""
+def record_training_video(env_cfg, log_dir: str, args: argparse.Namespace, subdir: str = "train") -> None:
+    """``--video``: Isaac Lab's recorder on the env config (``<run>/videos/train``; the evaluation worker's in
+    ``<run>/videos/eval``); it records inside the first collector worker's ``env.step()``, from the visualizer named
+    with ``--viz``."""
     pre_launch_video_config(env_cfg, args)
     try:
-        apply_video_recording(env_cfg, log_dir, args, subdir="train")
+        apply_video_recording(env_cfg, log_dir, args, subdir=subdir)
     except ValueError as exc:
         raise UsageError(
             f"--video needs a renderer or visualizer to record from, and none is available: {exc}"

@@ -24,7 +24,7 @@ from .evaluation import Evaluation, EvaluationResult
 from .logger import Logger
 from .ppo import PPO
 from .safety import NonFiniteError, StopSignals
-from .trackers import Tracker, make_tracker
+from .trackers import Tracker, VideoUploads, make_tracker
 
 
 class TrackerStartError(RuntimeError):
@@ -81,6 +81,7 @@ class TorchRLRunner:
         self.learner = make_learner(cfg, interface, distributed)
         self.iteration = 0
         self._last_saved = None
+        self._videos: VideoUploads | None = None
         self._best_score: float | None = None
         """The evaluated return of the run folder's ``model_best.pt``, which only a better one replaces."""
         self.tracker = Tracker()
@@ -108,13 +109,16 @@ class TorchRLRunner:
         start_time = time.perf_counter()
         policy, policy_factory = self.learner.collection_policy, self.learner.policy_factory
         evaluation = self._make_evaluation()
+        tracked = self.log_dir is not None and type(self.tracker) is not Tracker
+        self._videos = VideoUploads(self.log_dir) if tracked else None
         try:
             with StopSignals() as stop, evaluation or contextlib.nullcontext():
                 with self.collection_class(self.cfg, self.env_factories, policy, policy_factory) as workers:
                     stopped = self._train(workers, stop, logger, evaluation, start_time, end_iteration)
                 if evaluation is not None and not stopped:  # the workers have stopped: nothing else runs now
                     self._finish_evaluation(evaluation, logger, stop)
-                return stop.received
+            self._upload_videos(final=True)  # the recording workers have stopped
+            return stop.received
         finally:
             logger.close()
             self.tracker.close()
@@ -150,6 +154,7 @@ class TorchRLRunner:
             logger.log(self.iteration, end_iteration, stats, episode_terms, steps, workers.wait_time, learn_time, eta)
             if self.iteration % self.cfg.save_interval == 0 or self.iteration == end_iteration:
                 self._save_iteration()
+            self._upload_videos()
             if evaluation is not None:  # the last iteration's evaluation comes after the workers stopped
                 self._evaluate(evaluation, logger, due=self.iteration != end_iteration)
             stopped = self._stop_requested(stop)
@@ -158,6 +163,11 @@ class TorchRLRunner:
         if stopped:  # the update that finished when the signal came is saved (by rank 0 for all ranks)
             self._save_iteration()
         return stopped
+
+    def _upload_videos(self, final: bool = False) -> None:
+        """Sends the tracker the videos recorded since the last call (``--video``), as rsl_rl does to W&B."""
+        for path in [] if self._videos is None else self._videos.ready(final):
+            self.tracker.log_video(path, self.iteration)
 
     def _make_evaluation(self) -> Evaluation | None:
         if self.eval_env_factory is None or not self.cfg.eval_interval:
