@@ -237,7 +237,7 @@ def test_training_records_a_video_from_the_first_worker(workdir):
         (["--capture_env_sensors", "2"], "--capture_env_sensors is not supported"),
         # no W&B login in the tests: Isaac Lab's helper cannot reach the run
         (["--checkpoint", "wandb:me/project/abc123"], "Cannot fetch the W&B checkpoint 'wandb:me/project/abc123'"),
-        (["--checkpoint", "best"], "--checkpoint best is not supported"),
+        (["--checkpoint", "pretrained"], "--checkpoint pretrained is not supported"),
         (["--external_callback", "no_such_module.register"], "No module named 'no_such_module'"),
     ],
 )

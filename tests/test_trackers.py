@@ -98,3 +98,30 @@ def test_a_tracker_without_its_client_is_rejected_before_training(monkeypatch):
         ConfigError, match=r"--logger mlflow needs the mlflow client: pip install 'isaaclab-torchrl\[mlflow\]'"
     ):
         validate_agent_cfg(agent_cfg, num_envs=64)
+
+
+@pytest.mark.parametrize("logger", ["wandb", "mlflow"])
+def test_a_training_video_reaches_the_tracker(workdir, logger):
+    """``--video`` (kitless: the Newton visualizer renders headless): the clip the first worker records is uploaded
+    once it is complete, as rsl_rl uploads its videos to W&B."""
+    pytest.importorskip(logger)
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "MLFLOW_TRACKING_URI": f"sqlite:///{workdir}/mlflow.db"}
+    args = ["--task", "Isaac-Cartpole-Direct", "--num_envs", "16", "--max_iterations", "2", "--logger", logger]
+    args += ["--device", "cpu", "--viz", "newton", "physics=newton_mjwarp", "agent.collector.sync=true"]
+    args += ["--video", "--video_length", "8", "--video_interval", "10", "--log_project_name", "cartpole_video"]
+    assert_ok(run_script("train.py", args, cwd=workdir, extra_env=env))
+    (run_dir,) = run_dirs(workdir, "cartpole_direct")
+    recorded = sorted(os.listdir(os.path.join(run_dir, "videos", "train")))
+    assert recorded and all(name.endswith(".mp4") for name in recorded), recorded
+    if logger == "wandb":
+        (run,) = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*"))
+        uploaded = glob.glob(os.path.join(run, "files", "media", "videos", "video_*.mp4"))
+        assert len(uploaded) == len(recorded), uploaded
+    else:
+        import mlflow
+
+        mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+        client = mlflow.tracking.MlflowClient()
+        (run,) = client.search_runs([client.get_experiment_by_name("cartpole_video").experiment_id])
+        uploaded = [os.path.basename(a.path) for a in client.list_artifacts(run.info.run_id, "videos/train")]
+        assert uploaded == recorded, uploaded

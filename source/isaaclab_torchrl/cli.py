@@ -96,7 +96,7 @@ def make_train_parser() -> argparse.ArgumentParser:
         "--checkpoint",
         type=str,
         default=None,
-        help="Continue from this checkpoint (file, run folder, 'latest' or a file-name regex); implies --resume.",
+        help="Continue from this checkpoint (file, run folder, latest, best or a file-name regex); implies --resume.",
     )
     parser.add_argument(
         "--print_config", action="store_true", help="Print the resolved agent config as YAML and exit (no training)."
@@ -108,7 +108,10 @@ def make_play_parser() -> argparse.ArgumentParser:
     """``scripts/play.py``'s command line: Isaac Lab's play arguments and this runner's own."""
     parser = argparse.ArgumentParser(description="Play a policy trained with isaaclab_torchrl.")
     parser.add_argument(
-        "--checkpoint", type=str, default="latest", help="Checkpoint file, run folder, 'latest' or a file-name regex."
+        "--checkpoint",
+        type=str,
+        default="latest",
+        help="Checkpoint file, run folder, 'latest', 'best' or a file-name regex.",
     )
     parser.add_argument("--load_run", type=str, default=".*", help="Regex of the run folder (newest match).")
     parser.add_argument("--num_episodes", type=int, default=10, help="Stop after this many finished episodes.")
@@ -161,21 +164,24 @@ def check_isaaclab_args(args: argparse.Namespace, train: bool) -> None:
 
 
 def checkpoint_path(log_root: str, checkpoint: str | None, load_run: str) -> str:
-    """The checkpoint file that ``--checkpoint`` names: a file, a run folder, ``latest`` or a file-name regex under
-    ``log_root`` (the newest run matching ``load_run``), or a W&B run (``wandb:<entity>/<project>/<run_id>`` or its
+    """The checkpoint file that ``--checkpoint`` names: a file, a run folder, ``latest``, ``best`` (the run's
+    ``model_best.pt``, else its last checkpoint, as Isaac Lab's selector) or a file-name regex under ``log_root``
+    (the newest run matching ``load_run``), or a W&B run (``wandb:<entity>/<project>/<run_id>`` or its
     URL, ``?checkpoint=<iteration>``), whose ``model_<N>.pt`` is downloaded under ``logs/torchrl/wandb_checkpoints``
     through Isaac Lab's W&B helper.
 
     Raises:
-        UsageError: a form that cannot be resolved here (``best``, ``pretrained``), a W&B run that cannot be
+        UsageError: ``pretrained`` (Isaac Lab's published checkpoints are rsl_rl's), a W&B run that cannot be
             fetched, or no such checkpoint.
     """
     from isaaclab_rl.utils.wandb import is_wandb_checkpoint, resolve_wandb_checkpoint
 
     from .runners import resolve_checkpoint
 
-    if checkpoint in ("best", "pretrained"):
-        raise UsageError(f"--checkpoint {checkpoint} is not supported; give a file, a run folder, latest or a W&B run.")
+    if checkpoint == "pretrained":
+        raise UsageError(
+            "--checkpoint pretrained is not supported; give a file, a run folder, latest, best or a W&B run."
+        )
     if is_wandb_checkpoint(checkpoint):
         try:
             return resolve_wandb_checkpoint(checkpoint, download_dir=os.path.join(LOG_ROOT, "wandb_checkpoints"))

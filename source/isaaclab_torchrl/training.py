@@ -21,7 +21,7 @@ from isaaclab_rl.entrypoints.common import apply_video_recording, pre_launch_vid
 from .agents.torchrl_cfg import TorchRLDistillationRunnerCfg
 from .agents.validation import ConfigError, check_teacher_checkpoint, validate_agent_cfg
 from .cli import UsageError, apply_train_args, check_isaaclab_args, checkpoint_path, launcher_args, resolve_task
-from .envs import IsaacLabEnvFactory, make_env_factories
+from .envs import IsaacLabEnvFactory, env_obs_groups, make_env_factories
 from .interfaces import read_env_interface
 from .models import EnvInterface
 from .runners import TorchRLRunner, load_checkpoint
@@ -50,6 +50,9 @@ class TrainingRun:
     new_folder: bool = False
     """Whether :func:`prepare` created the run folder (a new run, not a resumed one)."""
     distributed: DistributedContext | None = None
+    eval_env_cfg: object = None
+    """The evaluation worker's env config (``agent.eval_interval``): the task's play config, as ``play.py`` resolves
+    it with the same overrides; ``None`` without evaluation."""
 
 
 def resolve_configs(args: argparse.Namespace, hydra_args: list[str]):
@@ -81,6 +84,8 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
     run = TrainingRun(args, env_cfg, agent_cfg)
     if args.print_config:
         return run
+    if agent_cfg.eval_interval:
+        run.eval_env_cfg = resolve_task(args, hydra_args, play_mode=True)[0]
     distillation = isinstance(agent_cfg, TorchRLDistillationRunnerCfg)
     if distillation and not (args.resume or args.checkpoint):
         raise UsageError(
@@ -113,6 +118,8 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
         run.log_dir = resumed or new_run_dir(agent_cfg.experiment_name, agent_cfg.run_name, args.run_timestamp)
         if args.video:
             record_training_video(env_cfg, run.log_dir, args)
+            if run.eval_env_cfg is not None:
+                record_training_video(run.eval_env_cfg, run.log_dir, args, subdir="eval")
         run.new_folder = not os.path.exists(run.log_dir)
         try:
             create_run_dir(run.log_dir)
@@ -121,12 +128,13 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
     return run
 
 
-def record_training_video(env_cfg, log_dir: str, args: argparse.Namespace) -> None:
-    """``--video``: Isaac Lab's recorder on the env config (``<run>/videos/train``); it records inside the first
-    collector worker's ``env.step()``, from the visualizer named with ``--viz``."""
+def record_training_video(env_cfg, log_dir: str, args: argparse.Namespace, subdir: str = "train") -> None:
+    """``--video``: Isaac Lab's recorder on the env config (``<run>/videos/train``; the evaluation worker's in
+    ``<run>/videos/eval``); it records inside the first collector worker's ``env.step()``, from the visualizer named
+    with ``--viz``."""
     pre_launch_video_config(env_cfg, args)
     try:
-        apply_video_recording(env_cfg, log_dir, args, subdir="train")
+        apply_video_recording(env_cfg, log_dir, args, subdir=subdir)
     except ValueError as exc:
         raise UsageError(
             f"--video needs a renderer or visualizer to record from, and none is available: {exc}"
@@ -143,6 +151,24 @@ def make_workers(run: TrainingRun) -> list[IsaacLabEnvFactory]:
     return make_env_factories(args.task, env_cfgs, run.agent_cfg, launcher_args(args), args.external_callback)
 
 
+def make_eval_worker(run: TrainingRun) -> IsaacLabEnvFactory | None:
+    """The evaluation worker's environments: ``agent.eval_episodes`` of the play config, with the seed ``play.py``
+    uses and no random episode starts; on rank 0 only, and none without evaluation."""
+    if run.eval_env_cfg is None or (run.distributed is not None and not run.distributed.is_main):
+        return None
+    agent_cfg, args = run.agent_cfg, run.args
+    return IsaacLabEnvFactory(
+        args.task,
+        run.eval_env_cfg,
+        launcher_args(args),
+        num_envs=agent_cfg.eval_episodes,
+        seed=agent_cfg.seed,
+        clip_actions=agent_cfg.clip_actions,
+        obs_groups=env_obs_groups(agent_cfg),
+        external_callback=args.external_callback,
+    )
+
+
 def start(run: TrainingRun) -> TorchRLRunner:
     """The runner of a prepared run: workers' factories, network sizes, networks, and the checkpoint loaded.
 
@@ -154,6 +180,7 @@ def start(run: TrainingRun) -> TorchRLRunner:
             applied.
     """
     factories = make_workers(run)
+    eval_factory = make_eval_worker(run)
     try:
         interface, cached = read_env_interface(factories)
     except SymmetryError as exc:
@@ -165,7 +192,9 @@ def start(run: TrainingRun) -> TorchRLRunner:
         if probed != interface:
             print(f"[torchrl] Stale sizes remembered for this task ({interface}): replaced by the probe's")
             interface = probed
-    runner = TorchRLRunner(factories, interface, run.agent_cfg, run.log_dir, distributed=run.distributed)
+    runner = TorchRLRunner(
+        factories, interface, run.agent_cfg, run.log_dir, distributed=run.distributed, eval_env_factory=eval_factory
+    )
     if run.checkpoint:
         try:
             continues = runner.load(run.checkpoint, optimizer=run.args.resume_optimizer_state)

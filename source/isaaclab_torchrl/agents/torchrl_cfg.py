@@ -222,6 +222,12 @@ class TorchRLRunnerCfg:
     num_steps_per_env: int = MISSING
     max_iterations: int = MISSING
     save_interval: int = 50
+    eval_interval: int | None = None
+    """Evaluate the deterministic policy every this many iterations on an evaluation worker of its own (logged as
+    ``Eval/*``; the best evaluated policy is kept as ``model_best.pt``); ``0`` or ``None``: never (the default: on one
+    GPU the worker's simulation takes turns with the collector's). See ``docs/logging.md``."""
+    eval_episodes: int = 10
+    """Episodes of each evaluation: as many environments, each counted to the end of its first episode."""
     experiment_name: str = MISSING
     run_name: str = ""
     logger: str = "tensorboard"

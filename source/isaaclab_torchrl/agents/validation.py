@@ -324,6 +324,13 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         raise ConfigError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
     if agent_cfg.save_interval < 1:
         raise ConfigError(f"agent.save_interval must be >= 1, got {agent_cfg.save_interval}.")
+    if agent_cfg.eval_interval is not None and agent_cfg.eval_interval < 0:
+        raise ConfigError(
+            f"agent.eval_interval must be >= 0 (0 or null: no evaluation), got {agent_cfg.eval_interval}."
+        )
+    agent_cfg.eval_interval = agent_cfg.eval_interval or None
+    if agent_cfg.eval_episodes < 1:
+        raise ConfigError(f"agent.eval_episodes must be >= 1, got {agent_cfg.eval_episodes}.")
     if algo.learning_rate <= 0:
         raise ConfigError(f"agent.algorithm.learning_rate must be > 0, got {algo.learning_rate}.")
     if algo.num_learning_epochs < 1:

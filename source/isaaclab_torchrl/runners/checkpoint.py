@@ -11,6 +11,11 @@ import torch
 from .rsl_rl_teacher import RSL_RL_ACTOR_KEY, is_rsl_rl_checkpoint
 
 MODEL_PATTERN = r"model_\d+\.pt"
+BEST_CHECKPOINT = "model_best.pt"
+"""The best evaluated policy of a run (``agent.eval_interval``), a full checkpoint with its score under
+:data:`EVALUATION_KEY`. Only ``--checkpoint best`` (or its path) picks it: ``latest``, run folders and file-name
+patterns skip it."""
+EVALUATION_KEY = "evaluation"
 
 
 def save_checkpoint(state: dict, path: str) -> None:
@@ -47,14 +52,34 @@ def load_checkpoint(path: str, map_location: str | torch.device = "cpu", rsl_rl_
     return state
 
 
+def best_score(path: str) -> float | None:
+    """The evaluated mean return stored in the best checkpoint ``path``; ``None`` when there is none (or it cannot be
+    read, which is said)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        return float(load_checkpoint(path)[EVALUATION_KEY]["mean_reward"])
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"[torchrl] warning: {path} has no readable score ({exc}); the next evaluation replaces it.")
+        return None
+
+
 def _natural_key(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _matches(checkpoint: str, name: str) -> bool:
+    """Whether the file-name pattern ``checkpoint`` picks ``name``; the best checkpoint only when the pattern is its
+    own name (``model_.*.pt`` does not pick it)."""
+    if name == BEST_CHECKPOINT and checkpoint not in (BEST_CHECKPOINT, re.escape(BEST_CHECKPOINT)):
+        return False
+    return re.fullmatch(checkpoint, name) is not None
 
 
 def last_checkpoint_in(run_dir: str, checkpoint: str = MODEL_PATTERN) -> str:
     """The last file of ``run_dir`` whose name matches ``checkpoint``, in natural order (model_10 after model_9)."""
     found = sorted(os.listdir(run_dir))
-    files = sorted((name for name in found if re.fullmatch(checkpoint, name)), key=_natural_key)
+    files = sorted((name for name in found if _matches(checkpoint, name)), key=_natural_key)
     if not files:
         raise FileNotFoundError(
             f"No checkpoint matching {checkpoint!r} in {run_dir} (found: {', '.join(found) or 'nothing'})."
@@ -69,26 +94,42 @@ def find_checkpoint(log_root: str, load_run: str = ".*", checkpoint: str = MODEL
     Raises:
         FileNotFoundError: naming the folder searched and what was found there.
     """
+    return last_checkpoint_in(_newest_run_with(log_root, load_run, checkpoint), checkpoint)
+
+
+def find_best_checkpoint(log_root: str, load_run: str = ".*") -> str:
+    """Isaac Lab's ``best`` selector: in the newest run folder under ``log_root`` whose name matches ``load_run`` and
+    holds a checkpoint, :data:`BEST_CHECKPOINT`, else (a run without evaluation) its last ``model_<N>.pt``."""
+    run_dir = _newest_run_with(log_root, load_run, rf"{MODEL_PATTERN}|{re.escape(BEST_CHECKPOINT)}", best=True)
+    best = os.path.join(run_dir, BEST_CHECKPOINT)
+    return best if os.path.isfile(best) else last_checkpoint_in(run_dir)
+
+
+def _newest_run_with(log_root: str, load_run: str, checkpoint: str, best: bool = False) -> str:
+    """The newest run folder matching ``load_run`` that has a file matching ``checkpoint`` (with ``best``, the best
+    checkpoint counts too): a run that died before its first save has none."""
     if not os.path.isdir(log_root):
         raise FileNotFoundError(f"No runs: the log folder {log_root} does not exist.")
     found = sorted(name for name in os.listdir(log_root) if os.path.isdir(os.path.join(log_root, name)))
     runs = sorted((name for name in found if re.fullmatch(load_run, name)), key=_natural_key)
     if not runs:
         raise FileNotFoundError(f"No run matching {load_run!r} in {log_root} (found: {', '.join(found) or 'nothing'}).")
-    # the newest run that has a checkpoint (a run that died before its first save has none)
     for run in reversed(runs):
-        if any(re.fullmatch(checkpoint, name) for name in os.listdir(os.path.join(log_root, run))):
-            return last_checkpoint_in(os.path.join(log_root, run), checkpoint)
+        names = os.listdir(os.path.join(log_root, run))
+        if any(_matches(checkpoint, name) or (best and name == BEST_CHECKPOINT) for name in names):
+            return os.path.join(log_root, run)
     raise FileNotFoundError(f"No checkpoint matching {checkpoint!r} in the runs {', '.join(runs)} of {log_root}.")
 
 
 def resolve_checkpoint(log_root: str, checkpoint: str = "latest", load_run: str = ".*") -> str:
-    """``checkpoint`` as a file, a run folder (its last model), ``latest`` or a file-name pattern, the last two
-    looked up under ``log_root`` in the newest run matching ``load_run``."""
+    """``checkpoint`` as a file, a run folder (its last model), ``latest``, ``best`` (:func:`find_best_checkpoint`) or
+    a file-name pattern, the last three looked up under ``log_root`` in the newest run matching ``load_run``."""
     if os.path.isfile(checkpoint):
         return checkpoint
     if os.path.isdir(checkpoint):
         return last_checkpoint_in(checkpoint)
     if os.sep in checkpoint:
         raise FileNotFoundError(f"Checkpoint file {checkpoint} does not exist.")
+    if checkpoint == "best":
+        return find_best_checkpoint(log_root, load_run)
     return find_checkpoint(log_root, load_run, MODEL_PATTERN if checkpoint == "latest" else checkpoint)

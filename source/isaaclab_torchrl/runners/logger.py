@@ -139,6 +139,21 @@ class Logger:
             flush=True,
         )
 
+    def log_evaluation(self, iteration: int, mean_reward: float, mean_episode_length: float, episodes: int, step: int):
+        """Writes an evaluation of the deterministic policy of ``iteration`` (``Eval/*`` at that step) and prints its
+        line; ``step`` is the training iteration at which it finished (W&B's steps only increase)."""
+        scalars = {"Eval/mean_reward": mean_reward, "Eval/mean_episode_length": mean_episode_length}
+        if self.writer is not None:
+            for tag, value in scalars.items():
+                self.writer.add_scalar(tag, value, iteration)
+            self.tracker.log_evaluation(scalars, iteration, step)
+        if self.echo:
+            print(
+                f"[torchrl] evaluation of iteration {iteration}: return {mean_reward:.2f} | "
+                f"ep len {mean_episode_length:.1f} | {episodes} episodes",
+                flush=True,
+            )
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()

@@ -39,8 +39,15 @@ class Tracker:
     def log_scalars(self, scalars: dict[str, float], step: int) -> None:
         """One iteration's scalars under their TensorBoard tags."""
 
+    def log_evaluation(self, scalars: dict[str, float], iteration: int, step: int) -> None:
+        """An evaluation's scalars, of the policy of ``iteration``, finished at the training iteration ``step``."""
+        self.log_scalars(scalars, iteration)
+
     def log_file(self, path: str, folder: str) -> None:
         """A file of the run folder (a checkpoint, a config, the git state) under ``folder``."""
+
+    def log_video(self, path: str, step: int) -> None:
+        """A finished video of the run folder (``videos/<kind>/*.mp4``), at the iteration it was found."""
 
     def close(self) -> None:
         """Ends the tracked run (it can be continued with ``--resume``)."""
@@ -62,8 +69,22 @@ class WandbTracker(Tracker):
     def log_scalars(self, scalars: dict[str, float], step: int) -> None:
         self.run.log(scalars, step=step)
 
+    def log_evaluation(self, scalars: dict[str, float], iteration: int, step: int) -> None:
+        # W&B drops a step lower than one already logged: the evaluation goes in at the step it finished, and its
+        # charts are drawn against the iteration evaluated
+        axis = "Eval/iteration"
+        self.run.define_metric(axis)
+        for tag in scalars:
+            self.run.define_metric(tag, step_metric=axis)
+        self.run.log({**scalars, axis: iteration}, step=step)
+
     def log_file(self, path: str, folder: str) -> None:
         self.run.save(path, base_path=self.log_dir, policy="now")
+
+    def log_video(self, path: str, step: int) -> None:
+        kind = os.path.basename(os.path.dirname(path))  # rsl_rl's key for training videos
+        key = "video" if kind == "train" else f"video/{kind}"
+        self.run.log({key: self.wandb.Video(path, format="mp4")}, step=step)
 
     def close(self) -> None:
         self.run.finish()
@@ -89,6 +110,9 @@ class NeptuneTracker(Tracker):
 
     def log_file(self, path: str, folder: str) -> None:
         self.run[f"{folder}/{os.path.basename(path)}"].upload(path)
+
+    def log_video(self, path: str, step: int) -> None:
+        self.log_file(path, f"videos/{os.path.basename(os.path.dirname(path))}")
 
     def close(self) -> None:
         self.run.stop()
@@ -119,8 +143,39 @@ class MlflowTracker(Tracker):
     def log_file(self, path: str, folder: str) -> None:
         self.mlflow.log_artifact(path, folder)
 
+    def log_video(self, path: str, step: int) -> None:
+        self.log_file(path, f"videos/{os.path.basename(os.path.dirname(path))}")
+
     def close(self) -> None:
         self.mlflow.end_run()
+
+
+class VideoUploads:
+    """The videos of a run folder a tracker has not received yet (rsl_rl uploads each file once, as it appears).
+
+    Isaac Lab's recorder writes a clip's mp4 in place, so a file is taken once its size has held from one look to the
+    next (one iteration), and at the end of training, when the recording workers have stopped, as it is.
+    """
+
+    def __init__(self, log_dir: str):
+        self.folder = os.path.join(log_dir, "videos")
+        self._sizes: dict[str, int] = {}
+        self._sent: set[str] = set()
+
+    def ready(self, final: bool = False) -> list[str]:
+        found = []
+        for root, _, names in os.walk(self.folder):
+            found += [os.path.join(root, name) for name in sorted(names) if name.endswith(".mp4")]
+        ready = []
+        for path in found:
+            if path in self._sent:
+                continue
+            size = os.path.getsize(path)
+            if final or self._sizes.get(path) == size > 0:
+                ready.append(path)
+                self._sent.add(path)
+            self._sizes[path] = size
+        return ready
 
 
 def make_tracker(cfg, log_dir: str | None) -> Tracker:
