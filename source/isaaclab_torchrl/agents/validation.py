@@ -17,7 +17,12 @@ import torch
 
 from .torchrl_cfg import (
     ACTIVATIONS,
+    CNN_ACTIVATIONS,
+    CNN_GLOBAL_POOLS,
+    CNN_NORMS,
+    CNN_PADDINGS,
     DISTILLATION_LOSSES,
+    IMAGE_ENCODERS,
     NOISE_STD_TYPES,
     OPTIMIZERS,
     RECURRENT_BACKENDS,
@@ -28,8 +33,10 @@ from .torchrl_cfg import (
     TRACKER_CLIENTS,
     TRACKERS,
     TorchRLActorCfg,
+    TorchRLCNNCfg,
     TorchRLDistillationRunnerCfg,
     TorchRLRunnerCfg,
+    cnn_configs,
 )
 
 
@@ -93,11 +100,42 @@ def validate_policy_cfg(policy: TorchRLActorCfg, path: str = "agent.policy") -> 
     low, high = (float(value) for value in policy.std_range)
     if not 0 <= low < high:
         raise ConfigError(f"{path}.std_range must be (min, max) with 0 <= min < max, got {policy.std_range}.")
+    _check_cnns(policy, path)
     if policy.state_dependent_std and not policy.learn_std:
         raise ConfigError(
             f"{path}.state_dependent_std=true learns the std from the observation: it needs "
             f"{path}.learn_std=true (rsl_rl's heteroscedastic distribution has no fixed std either)."
         )
+
+
+def _check_cnns(policy: TorchRLActorCfg, path: str) -> None:
+    """Rejects image encoders that :mod:`isaaclab_torchrl.encoders` cannot build."""
+    _one_of(f"{path}.encoder", policy.encoder, IMAGE_ENCODERS)
+    if policy.init_temperature <= 0 or (getattr(policy, "share_cnn_encoders", False) and not policy.actor_cnn_cfg):
+        raise ConfigError(f"{path}: init_temperature must be > 0; share_cnn_encoders=true needs actor_cnn_cfg.")
+    for name in ("actor_cnn_cfg", "critic_cnn_cfg"):
+        cnn_cfg = getattr(policy, name, None)
+        single = cnn_cfg is None or isinstance(cnn_cfg, TorchRLCNNCfg) or "output_channels" in cnn_cfg
+        try:
+            configs = {} if cnn_cfg is None else cnn_configs(cnn_cfg, ["*"] if single else list(cnn_cfg))
+        except TypeError as exc:
+            raise ConfigError(f"{path}.{name} is not a CNN config (or a dict of one per image group): {exc}.") from None
+        for group, cnn in configs.items():
+            where = f"{path}.{name}" + ("" if single else f".{group}")
+            layers = len(cnn.output_channels) if isinstance(cnn.output_channels, list | tuple) else 0
+            for field in ("output_channels", "kernel_size", "stride", "dilation"):
+                values = value if isinstance(value := getattr(cnn, field), list | tuple) else [value]
+                if not layers or len(values) not in (1, layers) or any(int(v) < 1 for v in values):
+                    raise ConfigError(f"{where}.{field} must be one or one per layer, each >= 1, got {value}.")
+            for field, allowed in (("padding", CNN_PADDINGS), ("norm", CNN_NORMS), ("global_pool", CNN_GLOBAL_POOLS)):
+                for item in value if isinstance(value := getattr(cnn, field), list | tuple) else [value]:
+                    _one_of(f"{where}.{field}", item, allowed)
+            _one_of(f"{where}.activation", str(cnn.activation).lower(), CNN_ACTIVATIONS)
+            pooled = policy.encoder == "spatial_softmax" and name == "actor_cnn_cfg" and cnn.global_pool != "none"
+            if not cnn.flatten or pooled:
+                raise ConfigError(
+                    f"{where}: flatten=false, or a global_pool with encoder='spatial_softmax', cannot be built."
+                )
 
 
 def _check_symmetry(agent_cfg: TorchRLRunnerCfg) -> None:
