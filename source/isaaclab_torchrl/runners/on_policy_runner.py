@@ -18,7 +18,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .collection import Collection
 from .distillation import Distillation
 from .distributed import DistributedContext, average
-from .logger import Logger
+from .logger import Logger, batch_bytes
 from .ppo import PPO
 from .safety import NonFiniteError, StopSignals
 from .trackers import Tracker, make_tracker
@@ -106,6 +106,8 @@ class TorchRLRunner:
                 self.collection_class(self.cfg, self.env_factories, policy, policy_factory) as workers,
             ):
                 for batch in workers:
+                    if self.iteration == start_iteration:
+                        print(f"[torchrl] batch bytes per env step: {batch_bytes(batch)}", flush=True)
                     if self.distributed is not None and self.iteration == start_iteration:
                         # each rank collects its own data: this line shows that they differ
                         rank, size = self.distributed.rank, self.distributed.world_size
