@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
         return 2
     actor = policy.actor
     export_dir = os.path.join(os.path.dirname(os.path.abspath(path)), "exported")
-    for exported in export_policy(actor, interface.actor_obs_dim, export_dir):
+    for exported in export_policy(actor, interface.actor_obs_dim, export_dir, images=interface.image_groups("actor")):
         print(f"[torchrl] Exported policy: {exported}")
     env.append_transform(InitTracker())
     if policy.cfg.rnn_type is not None:

@@ -7,9 +7,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from isaaclab_torchrl.action_noise import BoundedNormalScale, noise_std
 from isaaclab_torchrl.agents import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
 from isaaclab_torchrl.agents.validation import ConfigError, validate_policy_cfg
-from isaaclab_torchrl.models import BoundedNormalScale, EnvInterface, make_models, noise_std
+from isaaclab_torchrl.models import EnvInterface, make_models
 from isaaclab_torchrl.runners import PPO
 
 pytestmark = pytest.mark.fast

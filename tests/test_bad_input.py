@@ -14,7 +14,10 @@ TEACHER = os.path.join(REPO, "tests", "data", "cartpole_teacher", "model_100.pt"
 CASES = {
     "unknown task": (["--task", "Isaac-Does-Not-Exist"], "Unknown task 'Isaac-Does-Not-Exist'"),
     "task without a torchrl config": (["--task", "Isaac-Pendulum-MARL-Direct"], "has no torchrl agent config"),
-    "image task": (["--task", "Isaac-Cartpole-Camera-Direct"], "image observations are not supported yet"),
+    "unsupported task": (
+        ["--task", "IsaacContrib-UR10-Particle-Push"],
+        "its rsl_rl actor uses the action distribution",
+    ),
     "unknown recurrent backend": (
         ["--task", "Isaac-Cartpole-Direct", "agent.policy.recurrent_backend=cudnn"],
         "agent.policy.recurrent_backend must be one of",

@@ -162,12 +162,14 @@ def _field(cfg, path: str):
 def _rsl_rl_cfg(task: str, key: str):
     """The task's rsl_rl config in rsl_rl 5's layout (as the port reads it)."""
     import contextlib
+    import copy
     import io
 
     from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
     from isaaclab_tasks.utils.hydra import resolve_presets
 
-    rsl = resolve_presets(load_cfg_from_registry(task, key))
+    # a copy: the migration edits the model configs, which a task's module may share between its configs
+    rsl = copy.deepcopy(resolve_presets(load_cfg_from_registry(task, key)))
     with contextlib.redirect_stdout(io.StringIO()):
         handle_deprecated_rsl_rl_cfg(rsl, "5.0.0")
     return rsl

@@ -53,8 +53,10 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         """The groups whose true next observation each step keeps (the critic's; RND's novelty of the state reached);
         none for a distillation run, which has no critic."""
         self.random_episode_start = random_episode_start
-        # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets)
-        self.env.reset()
+        # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets) and
+        # the observations' dtypes
+        obs, _ = self.env.reset()
+        self._declare_observation_dtypes(obs)
         self.log_names = sorted(self.unwrapped.extras.get("log", {}).keys())
         rewards = self.full_reward_spec.clone()
         if self.next_obs_keys:
@@ -67,6 +69,15 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
                 shape=self.batch_size,
             )
         self.full_reward_spec = rewards
+
+    def _declare_observation_dtypes(self, obs: dict) -> None:
+        """Isaac Lab declares every group float32; a group the task gives in another dtype (uint8 camera images) is
+        declared, and so collected and sent from the worker, in that dtype."""
+        spec = self.observation_spec.clone()
+        for key, value in obs.items():
+            if key in spec.keys() and isinstance(value, torch.Tensor) and value.dtype != spec[key].dtype:
+                spec[key] = Unbounded(spec[key].shape, dtype=value.dtype, device=self.device)
+        self.observation_spec = spec
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         out = super()._step(tensordict)
@@ -143,7 +154,8 @@ def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
     is no critic.
 
     Raises:
-        ValueError: a group the task does not have, or one that is not a flat vector (images, nested groups).
+        ValueError: a group the task does not have, or one that is neither a flat vector nor an image (``[C, H, W]``
+            per environment, which a CNN reads), such as a nested group.
     """
     import gymnasium as gym
 
@@ -172,10 +184,10 @@ def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
                     f"(groups: {sorted(groups)}); set agent.obs_groups."
                 )
             group = groups[key]
-            if not isinstance(group, gym.spaces.Box) or len(group.shape) != 1:
+            if not isinstance(group, gym.spaces.Box) or len(group.shape) not in (1, 3):
                 raise ValueError(
-                    f"Observation group {key!r} is {group}; the torchrl runner reads flat vector groups only "
-                    "(set concatenate_terms=True for the group; image observations are not supported yet)."
+                    f"Observation group {key!r} is {group}; the torchrl runner reads flat vector groups and images "
+                    "([C, H, W] per environment) only (set concatenate_terms=True for the group)."
                 )
     return resolved
 
@@ -345,16 +357,28 @@ def env_interface(env, symmetry_function=None) -> EnvInterface:
         symmetry = read_symmetry(
             symmetry_function, env.base_env.unwrapped, sizes, obs_keys, int(env.action_spec.shape[-1])
         )
+    read = dict.fromkeys(groups["actor"] + groups["critic"] + list(rnd_keys) + list(teacher_keys))
+    images = []
+    for key in read:
+        shape = obs_spec[key].shape[len(env.batch_size) :]
+        if len(shape) == 3:
+            images.append((key, tuple(int(n) for n in shape), str(obs_spec[key].dtype).removeprefix("torch.")))
+    image_names = {name for name, _, _ in images}
+
+    def flat_size(keys) -> int:
+        return sum(int(obs_spec[key].shape[-1]) for key in keys if key not in image_names)
+
     return EnvInterface(
         actor_obs_keys=tuple(groups["actor"]),
-        actor_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in groups["actor"]),
+        actor_obs_dim=flat_size(groups["actor"]),
         critic_obs_keys=tuple(groups["critic"]),
-        critic_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in groups["critic"]),
+        critic_obs_dim=flat_size(groups["critic"]),
         action_dim=int(env.action_spec.shape[-1]),
         rnd_obs_keys=rnd_keys,
-        rnd_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in rnd_keys),
+        rnd_obs_dim=flat_size(rnd_keys),
         teacher_obs_keys=teacher_keys,
-        teacher_obs_dim=sum(int(obs_spec[key].shape[-1]) for key in teacher_keys),
+        teacher_obs_dim=flat_size(teacher_keys),
         step_dt=float(env.base_env.unwrapped.step_dt),
         symmetry=symmetry,
+        images=tuple(images),
     )

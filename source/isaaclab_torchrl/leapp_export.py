@@ -7,7 +7,8 @@ The task and agent are resolved as ``scripts/play.py`` resolves them (:func:`isa
 the environment is patched and traced by Isaac Lab's own export helpers (``prepare_export_env``, ``leapp_capture``),
 and the recurrent state is annotated as Isaac Lab's rsl_rl backend annotates it (``actor_state_0``/``actor_state_1``
 for an LSTM, ``actor_state`` for a GRU). The policy is the checkpoint's deterministic actor
-(:attr:`~isaaclab_torchrl.models.GaussianActor.parts`): normalizer, recurrent layer, action mean.
+(:attr:`~isaaclab_torchrl.models.GaussianActor.parts`): normalizer, image encoders, recurrent layer, action
+mean.
 
 Isaac Lab's export helpers disable TorchScript when imported (LEAPP traces Python tensor operations): this module
 runs in its own process and no other module of this package imports it.
@@ -58,10 +59,20 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def policy_step(parts: ActorParts, obs: torch.Tensor, hidden):
-    """One deterministic step of the actor: the action mean, and the recurrent state after the step (``(h, c)``
-    for an LSTM, ``h`` for a GRU, ``None`` without a recurrent layer; each ``[num_layers, envs, hidden]``)."""
-    features = parts.normalizer(obs)
+def actor_input(parts: ActorParts, interface, obs: dict) -> torch.Tensor:
+    """The recurrent layer's (or MLP's) input from the task's observation groups: the normalised flat groups, then
+    each image group's features (images as the task gives them)."""
+    flat_keys = interface.flat_keys("actor")
+    flat = [parts.normalizer(torch.cat([obs[key] for key in flat_keys], dim=-1))] if flat_keys else []
+    if parts.images is None:
+        return flat[0]
+    return parts.images(*flat, *(obs[name] for name, _, _ in interface.image_groups("actor")))
+
+
+def policy_step(parts: ActorParts, features: torch.Tensor, hidden):
+    """One deterministic step of the actor from :func:`actor_input`'s ``features``: the action mean, and the
+    recurrent state after the step (``(h, c)`` for an LSTM, ``h`` for a GRU, ``None`` without a recurrent layer; each
+    ``[num_layers, envs, hidden]``)."""
     if parts.rnn is not None:
         features, hidden = parts.rnn(features.unsqueeze(1), hidden)
         features = features.squeeze(1)
@@ -154,8 +165,7 @@ def export(args: argparse.Namespace, env_cfg, policy, clip_actions: float | None
                         if hidden is not None:
                             registered = annotate.state_tensors(node, state_dict_from_actor_hidden(hidden))
                             hidden = actor_hidden_from_registered(registered, hidden)
-                        actor_obs = torch.cat([obs[key] for key in interface.actor_obs_keys], dim=-1)
-                        actions, hidden = policy_step(parts, actor_obs, hidden)
+                        actions, hidden = policy_step(parts, actor_input(parts, interface, obs), hidden)
                         if hidden is not None:
                             annotate.update_state(node, state_dict_from_actor_hidden(hidden))
                         if clip_actions is not None:
@@ -172,7 +182,7 @@ def check_sizes(env, interface) -> None:
     missing = [key for key in interface.actor_obs_keys if key not in spaces]
     if missing:
         raise UsageError(f"The checkpoint's actor reads observation groups {missing}, which the task does not have.")
-    obs_dim = sum(int(spaces[key].shape[-1]) for key in interface.actor_obs_keys)
+    obs_dim = sum(int(spaces[key].shape[-1]) for key in interface.flat_keys("actor"))
     action_dim = int(env.unwrapped.single_action_space.shape[-1])
     if (obs_dim, action_dim) != (interface.actor_obs_dim, interface.action_dim):
         raise UsageError(

@@ -7,19 +7,20 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
-from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule, TensorDictSequential
-from tensordict.nn.utils import mappings
+from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.modules import MLP, GRUModule, IndependentNormal, LSTMModule, ProbabilisticActor
 
+from .action_noise import MIN_STD, BoundedNormalScale, MeanSlice, StateDependentScale
 from .agents.torchrl_cfg import TorchRLActorCfg, TorchRLPolicyCfg
+from .encoders import ImageFeatures, make_image_encoders
 from .recurrent import FusedGRUModule, FusedLSTMModule
 
 
 @dataclass(frozen=True)
 class EnvInterface:
     """What the models need to know of an environment: which observation groups the actor and the critic read,
-    their concatenated sizes, and the action size.
+    the concatenated size of their flat groups, the image groups' shapes and dtypes, and the action size.
 
     It is read from the task's environment by a short-lived probe process, or remembered from an earlier run (see
     :mod:`isaaclab_torchrl.interfaces`), never hard-coded; it is small and picklable, so that it travels to the
@@ -42,11 +43,26 @@ class EnvInterface:
     symmetry: dict | None = field(default=None, compare=False)
     """The task's symmetry (:func:`isaaclab_torchrl.symmetry.read_symmetry`) when the agent mirrors samples; not
     part of the sizes that are compared."""
+    images: tuple[tuple[str, tuple[int, int, int], str], ...] = ()
+    """The image groups among those read (``[C, H, W]`` per environment, rsl_rl's 2D groups): ``(name, shape,
+    dtype)`` each; the ``*_obs_dim`` sizes count the flat groups only."""
 
     @classmethod
     def from_dict(cls, fields: dict) -> EnvInterface:
         """The inverse of :func:`dataclasses.asdict` after a trip through JSON or a checkpoint (lists to tuples)."""
-        return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()})
+        fields = {key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
+        fields["images"] = tuple((name, tuple(shape), dtype) for name, shape, dtype in fields.get("images", ()))
+        return cls(**fields)
+
+    def image_groups(self, role: str) -> list[tuple[str, tuple[int, int, int], str]]:
+        """The image groups ``role`` (``"actor"``, ``"critic"``, ``"teacher"``) reads, in its group order."""
+        images = {name: (name, shape, dtype) for name, shape, dtype in self.images}
+        return [images[key] for key in getattr(self, f"{role}_obs_keys") if key in images]
+
+    def flat_keys(self, role: str) -> tuple[str, ...]:
+        """The flat (vector) groups ``role`` reads, in its group order: the normaliser's input."""
+        images = {name for name, _, _ in self.images}
+        return tuple(key for key in getattr(self, f"{role}_obs_keys") if key not in images)
 
     def __str__(self) -> str:
         symmetry = f"; {self.symmetry['copies']} symmetric copies" if self.symmetry else ""
@@ -55,7 +71,8 @@ class EnvInterface:
         readers.append(("teacher", self.teacher_obs_keys, self.teacher_obs_dim))
         observes = f"actor observes {', '.join(self.actor_obs_keys)} ({self.actor_obs_dim})"
         observes += "".join(f", {name} {', '.join(keys)} ({dim})" for name, keys, dim in readers if keys)
-        return f"{observes}; {self.action_dim} actions{symmetry}{rnd}"
+        images = "".join(f"; {name} {'x'.join(map(str, shape))} {dtype}" for name, shape, dtype in self.images)
+        return f"{observes}; {self.action_dim} actions{images}{symmetry}{rnd}"
 
     @property
     def obs_keys(self) -> tuple[str, ...]:
@@ -111,56 +128,11 @@ ACTIVATION_CLASSES = {
 """The modules behind the names of :data:`isaaclab_torchrl.agents.torchrl_cfg.ACTIVATIONS`."""
 
 
-MIN_STD = 1e-6
-"""The floor of the action noise's standard deviation, whatever ``std_range`` says (rsl_rl's)."""
-
-
-class BoundedNormalScale(AddStateIndependentNormalScale):
-    """tensordict's state-independent Gaussian scale, clamped to ``[scale_lb, scale_ub]`` (rsl_rl's ``std_range``)
-    instead of only from below; with ``make_param=False`` the scale is a buffer, fixed at its initial value."""
-
-    def __init__(self, *args, scale_ub: float = math.inf, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.scale_ub = scale_ub
-
-    def forward(self, loc: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        loc, scale, *others = super().forward(loc, *others)
-        return loc, scale.clamp_max(self.scale_ub), *others
-
-
-class StateDependentScale(nn.Module):
-    """Splits the actor MLP's output into the action mean and the noise's standard deviation (rsl_rl's
-    ``HeteroscedasticGaussianDistribution``): the second half is the std (``"scalar"``) or its log (``"log"``),
-    clamped to ``[scale_lb, scale_ub]`` (in log space for ``"log"``)."""
-
-    def __init__(self, action_dim: int, std_type: str, scale_lb: float, scale_ub: float):
-        super().__init__()
-        self.action_dim, self.std_type = action_dim, std_type
-        self.scale_lb, self.scale_ub = scale_lb, scale_ub
-
-    def forward(self, output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        loc, std = output.split(self.action_dim, dim=-1)
-        if self.std_type == "log":
-            return loc, std.clamp(math.log(self.scale_lb), math.log(self.scale_ub)).exp()
-        return loc, std.clamp(self.scale_lb, self.scale_ub)
-
-
-class MeanSlice(nn.Module):
-    """The action mean: the first ``action_dim`` outputs of a state-dependent-noise actor's MLP."""
-
-    def __init__(self, action_dim: int):
-        super().__init__()
-        self.action_dim = action_dim
-
-    def forward(self, output: torch.Tensor) -> torch.Tensor:
-        return output[..., : self.action_dim]
-
-
 @dataclass(frozen=True)
 class ActorParts:
     """The actor's deterministic path, as a deployed policy runs it: input normalizer (identity without
-    normalisation), recurrent layer (``nn.LSTM`` / ``nn.GRU``, or ``None``) and the MLP that outputs the action mean
-    (with state-dependent noise: the actor's MLP layers followed by :class:`MeanSlice`).
+    normalisation), image encoders, recurrent layer (``nn.LSTM`` / ``nn.GRU``, or ``None``) and the MLP that
+    outputs the action mean (with state-dependent noise: the actor's MLP layers followed by :class:`MeanSlice`).
 
     These are the actor's own submodules (one copy of the weights), named here so that export and play need not
     search the actor for them.
@@ -169,6 +141,8 @@ class ActorParts:
     normalizer: nn.Module
     rnn: nn.LSTM | nn.GRU | None
     mean: nn.Module
+    images: ImageFeatures | None = None
+    """The image groups' encoders, whose features follow the normalised flat input (``None`` without images)."""
 
 
 class GaussianActor(ProbabilisticActor):
@@ -221,6 +195,7 @@ def make_actor(
     device: torch.device | str,
     role: str = "actor",
     recurrent_module: nn.Module | None = None,
+    image_encoders: nn.ModuleList | None = None,
 ) -> GaussianActor:
     """Builds a Gaussian actor (its config checked by :func:`~isaaclab_torchrl.agents.validation.validate_policy_cfg`).
 
@@ -231,11 +206,16 @@ def make_actor(
 
     With ``cfg.rnn_type`` set, the actor starts with a recurrent layer (``recurrent_module`` when it is made
     beforehand; state ``<role>_rnn_h[/_c]``); outside :func:`torchrl.modules.set_recurrent_mode` it runs step by
-    step, as the collectors need, and inside it over whole trajectory slices, as the updates need.
+    step, as the collectors need, and inside it over whole trajectory slices, as the updates need. Image groups go
+    through ``image_encoders`` (made beforehand, possibly shared), else through encoders made from
+    ``cfg.actor_cnn_cfg`` (:mod:`isaaclab_torchrl.encoders`).
     """
     prefix = "" if role == "actor" else f"{role}_"
-    obs_keys, obs_dim = getattr(interface, f"{role}_obs_keys"), getattr(interface, f"{role}_obs_dim")
-    layers, in_key, normalizer = _input_layers(obs_keys, cfg.actor_obs_normalization, obs_dim, role, device)
+    if image_encoders is None:
+        image_encoders = _image_encoders(cfg.actor_cnn_cfg, cfg.encoder, cfg, interface, role, device)
+    layers, in_key, obs_dim, normalizer, images = _input_layers(
+        interface, role, cfg.actor_obs_normalization, device, image_encoders
+    )
     rnn = None
     if cfg.rnn_type is not None:
         layers.append(recurrent_module or _recurrent_module(cfg, in_key, obs_dim, f"{role}_rnn", device))
@@ -274,28 +254,34 @@ def make_actor(
         )
         layers.append(TensorDictModule(noise, in_keys=[loc], out_keys=[loc, scale]))
         mean = mlp
-    parts = ActorParts(normalizer or nn.Identity(), rnn, mean)
+    parts = ActorParts(normalizer or nn.Identity(), rnn, mean, images)
     return GaussianActor(TensorDictSequential(*layers), parts, prefix)
 
 
 def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.device | str) -> Models:
     """Builds the Gaussian actor (:func:`make_actor`) and the value network, each with its own recurrent layer when
-    ``cfg.rnn_type`` is set, made first (the actor's, then the critic's), as a seed has always initialised them.
+    ``cfg.rnn_type`` is set, made first (the actor's, then the critic's), as a seed has always initialised them;
+    with image groups, their encoders before them (the actor's, then the critic's unless ``share_cnn_encoders``).
 
     Returns:
         ``(actor, critic)``: the actor writes ``action``, ``loc``, ``scale`` and ``action_log_prob`` and names its
         deterministic path (:class:`ActorParts`); the critic writes ``state_value``.
     """
-    critic_layers, critic_in, _ = _input_layers(
-        interface.critic_obs_keys, cfg.critic_obs_normalization, interface.critic_obs_dim, "critic", device
+    actor_encoders = _image_encoders(cfg.actor_cnn_cfg, cfg.encoder, cfg, interface, "actor", device)
+    critic_encoders = actor_encoders
+    if not cfg.share_cnn_encoders:
+        critic_encoders = _image_encoders(cfg.critic_cnn_cfg, "cnn", cfg, interface, "critic", device)
+    critic_layers, critic_in, critic_in_dim, _, _ = _input_layers(
+        interface, "critic", cfg.critic_obs_normalization, device, critic_encoders
     )
-    actor_rnn, critic_in_dim = None, interface.critic_obs_dim
+    actor_rnn = None
     if cfg.rnn_type is not None:
-        actor_in = _input_key(interface.actor_obs_keys, cfg.actor_obs_normalization, "actor")
-        actor_rnn = _recurrent_module(cfg, actor_in, interface.actor_obs_dim, "actor_rnn", device)
+        actor_in = _input_key(interface, "actor", cfg.actor_obs_normalization)
+        actor_in_dim = interface.actor_obs_dim + sum(encoder.output_dim for encoder in actor_encoders or ())
+        actor_rnn = _recurrent_module(cfg, actor_in, actor_in_dim, "actor_rnn", device)
         critic_layers.append(_recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", device))
         critic_in, critic_in_dim = "critic_rnn_features", cfg.rnn_hidden_size
-    actor = make_actor(cfg, interface, device, recurrent_module=actor_rnn)
+    actor = make_actor(cfg, interface, device, recurrent_module=actor_rnn, image_encoders=actor_encoders)
     critic_mlp = MLP(
         in_features=critic_in_dim,
         out_features=1,
@@ -307,44 +293,56 @@ def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.de
     return Models(actor, TensorDictSequential(*critic_layers))
 
 
-def _input_key(keys: tuple[str, ...], normalize: bool, name: str) -> str:
+def _image_encoders(cnn_cfg, encoder: str, cfg, interface: EnvInterface, role: str, device) -> nn.ModuleList | None:
+    """The encoders of the image groups ``role`` reads, from ``cnn_cfg`` (``None`` when it reads none)."""
+    groups = interface.image_groups(role)
+    if not groups:
+        return None
+    if cnn_cfg is None:
+        names = ", ".join(name for name, _, _ in groups)
+        raise ValueError(f"The {role} reads the image groups {names}: set agent.policy.{role}_cnn_cfg (a CNN).")
+    return make_image_encoders(groups, cnn_cfg, encoder, cfg.init_temperature).to(device)
+
+
+def _input_key(interface: EnvInterface, role: str, normalize: bool) -> str:
     """The key of a network's input that :func:`_input_layers` writes."""
-    return f"{name}_obs_normalized" if normalize else keys[0] if len(keys) == 1 else f"{name}_obs"
+    keys = interface.flat_keys(role)
+    if interface.image_groups(role):
+        return f"{role}_obs_encoded"
+    return f"{role}_obs_normalized" if normalize else keys[0] if len(keys) == 1 else f"{role}_obs"
 
 
 def _input_layers(
-    keys: tuple[str, ...], normalize: bool, size: int, name: str, device
-) -> tuple[list, str, ObservationNormalizer | None]:
-    """Modules that turn the observation groups ``keys`` into one network input; returns them, its key and the
-    normalizer (``None`` without normalisation).
+    interface: EnvInterface, role: str, normalize: bool, device, image_encoders: nn.ModuleList | None
+) -> tuple[list, str, int, ObservationNormalizer | None, ImageFeatures | None]:
+    """Modules that turn the observation groups ``role`` reads into one network input; returns them, its key, its
+    size, the normalizer (``None`` without normalisation) and the image features (``None`` without images).
 
-    One group is read as is; several are concatenated into ``<name>_obs``; with ``normalize``, an
-    :class:`ObservationNormalizer` writes ``<name>_obs_normalized``.
+    One flat group is read as is; several are concatenated into ``<role>_obs``; with ``normalize``, an
+    :class:`ObservationNormalizer` writes ``<role>_obs_normalized``. With image groups, :class:`ImageFeatures`
+    writes ``<role>_obs_encoded``: the flat input, then each image group's features (rsl_rl's order).
     """
-    layers, key, normalizer = [], keys[0], None
+    keys, size = interface.flat_keys(role), getattr(interface, f"{role}_obs_dim")
+    layers, key, normalizer, images = [], keys[0] if keys else None, None, None
     if len(keys) > 1:
-        key = f"{name}_obs"
+        key = f"{role}_obs"
         layers.append(TensorDictModule(Concatenate(), in_keys=list(keys), out_keys=[key]))
-    if normalize:
+    if normalize and keys:
         normalizer = ObservationNormalizer(size, device=device)
         # a key of its own per network: a teacher's or a critic's statistics differ from the actor's
-        layers.append(TensorDictModule(normalizer, in_keys=[key], out_keys=[_input_key(keys, normalize, name)]))
-    return layers, _input_key(keys, normalize, name), normalizer
+        layers.append(TensorDictModule(normalizer, in_keys=[key], out_keys=[f"{role}_obs_normalized"]))
+        key = f"{role}_obs_normalized"
+    if image_encoders is not None:
+        images = ImageFeatures(image_encoders, has_flat=bool(keys))
+        in_keys = ([key] if keys else []) + [name for name, _, _ in interface.image_groups(role)]
+        key, size = f"{role}_obs_encoded", size + images.output_dim
+        layers.append(TensorDictModule(images, in_keys=in_keys, out_keys=[key]))
+    return layers, key, size, normalizer, images
 
 
 def observation_normalizers(module: nn.Module) -> list[ObservationNormalizer]:
     """The observation normalizers inside ``module`` (none when normalisation is off)."""
     return [m for m in module.modules() if isinstance(m, ObservationNormalizer)]
-
-
-def noise_std(actor: nn.Module) -> torch.Tensor | None:
-    """The standard deviation of the actor's Gaussian action noise, one value per action dimension; ``None`` when
-    it depends on the observation (``state_dependent_std``)."""
-    noise = next(m for m in actor.modules() if isinstance(m, (BoundedNormalScale, StateDependentScale)))
-    if isinstance(noise, StateDependentScale):
-        return None
-    scale = mappings(noise.scale_mapping)(noise.state_independent_scale.detach())
-    return scale.clamp(noise.scale_lb, noise.scale_ub)
 
 
 class CollectionPolicy(TensorDictSequential):

@@ -12,6 +12,7 @@ from .rsl_rl_port import (
 )
 from .torchrl_cfg import (
     TorchRLActorCfg,
+    TorchRLCNNCfg,
     TorchRLCollectorCfg,
     TorchRLDistillationCfg,
     TorchRLDistillationRunnerCfg,
@@ -88,6 +89,7 @@ __all__ = [
     "SYMMETRY_ENTRY_POINT",
     "TASK_AGENTS",
     "TorchRLActorCfg",
+    "TorchRLCNNCfg",
     "TorchRLCollectorCfg",
     "TorchRLDistillationCfg",
     "TorchRLDistillationRunnerCfg",

@@ -51,6 +51,8 @@ def port_rsl_rl_distillation_cfg(rsl_cfg) -> TorchRLDistillationRunnerCfg:
     if rsl_cfg.class_name != "DistillationRunner":
         raise UnsupportedAgentError(f"its rsl_rl distillation agent runs {rsl_cfg.class_name}")
     _check_models(student, teacher)
+    if any(getattr(model, "cnn_cfg", None) is not None for model in (student, teacher)):
+        raise UnsupportedAgentError("its distillation student or teacher reads images (a CNN model)")
     if algorithm.class_name != "Distillation":
         raise UnsupportedAgentError(f"its rsl_rl agent uses the custom algorithm {algorithm.class_name}")
     _refuse_unhandled(rsl_cfg, HANDLED_DISTILLATION_FIELDS, student, teacher)

@@ -4,7 +4,7 @@ The port happens when a task's config is loaded, from the rsl_rl config that tas
 hyperparameters stay those Isaac Lab tuned for it, release after release. A few tasks get a variant of their
 port (see :data:`isaaclab_torchrl.agents.TASK_AGENTS`).
 
-What rsl_rl can do and this runner cannot (image encoders, custom model or algorithm classes) makes the port raise
+What rsl_rl can do and this runner cannot (custom model, distribution or algorithm classes) makes the port raise
 :class:`UnsupportedAgentError` with the reason. Distillation agents port with the helpers here, in
 :mod:`isaaclab_torchrl.agents.rsl_rl_distillation_port`.
 """
@@ -16,21 +16,17 @@ import copy
 import io
 from collections.abc import Callable
 
-from .torchrl_cfg import (
-    TorchRLPolicyCfg,
-    TorchRLPpoCfg,
-    TorchRLRndCfg,
-    TorchRLRndWeightScheduleCfg,
-    TorchRLRunnerCfg,
-    TorchRLSymmetryCfg,
-)
+from .rsl_rl_extensions_port import port_rnd, port_symmetry
+from .torchrl_cfg import TorchRLCNNCfg, TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
 
 RSL_RL_ENTRY_POINT = "rsl_rl_cfg_entry_point"
 RSL_RL_RECURRENT_ENTRY_POINT = "rsl_rl_recurrent_cfg_entry_point"
 RSL_RL_SYMMETRY_ENTRY_POINT = "rsl_rl_with_symmetry_cfg_entry_point"
 RECURRENT_VARIANT = {"rnn_type": "lstm", "rnn_hidden_size": 256, "rnn_num_layers": 1}
 """The recurrent layer added where rsl_rl has no recurrent config: that of rsl_rl's ANYmal-D recurrent agent."""
-SUPPORTED_MODELS = ("MLPModel", "RNNModel")
+SUPPORTED_MODELS = ("MLPModel", "RNNModel", "CNNModel")
+SPATIAL_SOFTMAX_MODEL = "SpatialSoftmaxCNNModel"
+"""The class name of Isaac Lab's KukaAllegro camera tasks' model, ported as ``encoder="spatial_softmax"``."""
 SUPPORTED_DISTRIBUTIONS = ("GaussianDistribution", "HeteroscedasticGaussianDistribution")
 HANDLED_FIELDS = {
     # every field of rsl_rl's configs that the port reads, checks, or that does not apply here (the command line,
@@ -97,6 +93,8 @@ HANDLED_FIELDS = {
         "rnn_type",
         "rnn_hidden_dim",
         "rnn_num_layers",
+        "cnn_cfg",
+        "init_temperature",
     },
     "distribution": {"class_name", "init_std", "std_type", "std_range", "learn_std"},
 }
@@ -141,15 +139,46 @@ def _migrated(rsl_cfg):
     return rsl_cfg
 
 
-def _check_models(*models) -> None:
-    """Refuses models this runner cannot build: image encoders and custom classes."""
-    from isaaclab_rl.rsl_rl import RslRlCNNModelCfg
+def _model_class(model) -> str:
+    """A model's class name, a task's ``module:Class`` reduced to ``Class`` for the spatial-softmax model."""
+    name = model.class_name
+    return SPATIAL_SOFTMAX_MODEL if name.rpartition(":")[2] == SPATIAL_SOFTMAX_MODEL else name
 
-    if any(isinstance(model, RslRlCNNModelCfg) for model in models):
-        raise UnsupportedAgentError("it learns from images (CNN encoder); image observations are not supported yet")
+
+def _check_models(*models) -> None:
+    """Refuses models this runner cannot build: custom classes."""
     for model in models:
-        if model.class_name not in SUPPORTED_MODELS:
+        if _model_class(model) not in (*SUPPORTED_MODELS, SPATIAL_SOFTMAX_MODEL):
             raise UnsupportedAgentError(f"its rsl_rl agent uses the custom model class {model.class_name}")
+
+
+def _cnn_cfg(model):
+    """A CNN model's ``cnn_cfg`` (one CNN config, or a dict of one per image group) as ours; ``None`` for others."""
+    cnn_cfg = getattr(model, "cnn_cfg", None)
+    if cnn_cfg is None:
+        return None
+
+    def port(cnn) -> TorchRLCNNCfg:
+        cnn = cnn if isinstance(cnn, dict) else cnn.to_dict()
+        if not cnn.get("flatten", True) and _model_class(model) == "CNNModel":
+            raise UnsupportedAgentError("its CNN does not flatten its output (rsl_rl's CNNModel refuses it too)")
+        return TorchRLCNNCfg(**{k: list(v) if isinstance(v, tuple) else v for k, v in cnn.items()})
+
+    groups = cnn_cfg if isinstance(cnn_cfg, dict) else {}
+    if groups and all(isinstance(value, dict) or hasattr(value, "output_channels") for value in groups.values()):
+        return {name: port(cnn) for name, cnn in groups.items()}
+    return port(cnn_cfg)
+
+
+def _cnn_fields(actor, critic, algorithm) -> dict:
+    """The image encoders of actor and critic, as our fields."""
+    if _model_class(critic) == SPATIAL_SOFTMAX_MODEL:
+        raise UnsupportedAgentError("its critic uses the spatial-softmax CNN model (here: the actor's option only)")
+    fields = dict(actor_cnn_cfg=_cnn_cfg(actor), critic_cnn_cfg=_cnn_cfg(critic))
+    fields["share_cnn_encoders"] = bool(getattr(algorithm, "share_cnn_encoders", False))
+    if _model_class(actor) == SPATIAL_SOFTMAX_MODEL:
+        fields.update(encoder="spatial_softmax", init_temperature=float(actor.init_temperature))
+    return fields
 
 
 def _refuse_unhandled(rsl_cfg, algorithm_fields: set[str], *models) -> None:
@@ -253,6 +282,7 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         **_actor_fields(actor, distribution),
         **_noise_fields(distribution),
         **_rnn_fields(actor, recurrent),
+        **_cnn_fields(actor, critic, algorithm),
         critic_hidden_dims=list(critic.hidden_dims),
         critic_obs_normalization=critic.obs_normalization,
     )
@@ -270,40 +300,10 @@ def port_rsl_rl_cfg(rsl_cfg, recurrent: bool = False) -> TorchRLRunnerCfg:
         gamma=algorithm.gamma,
         lam=algorithm.lam,
         use_mixed_precision=getattr(algorithm, "use_mixed_precision", False),
-        symmetry_cfg=_port_symmetry(algorithm.symmetry_cfg),
-        rnd_cfg=_port_rnd(algorithm.rnd_cfg),
+        symmetry_cfg=port_symmetry(algorithm.symmetry_cfg),
+        rnd_cfg=port_rnd(algorithm.rnd_cfg),
     )
     return TorchRLRunnerCfg(**_runner_fields(rsl_cfg, recurrent), policy=policy, algorithm=ppo)
-
-
-def _port_symmetry(symmetry) -> TorchRLSymmetryCfg | None:
-    if symmetry is None:
-        return None
-    return TorchRLSymmetryCfg(
-        use_data_augmentation=symmetry.use_data_augmentation,
-        use_mirror_loss=symmetry.use_mirror_loss,
-        data_augmentation_func=symmetry.data_augmentation_func,
-        mirror_loss_coeff=symmetry.mirror_loss_coeff,
-    )
-
-
-def _port_rnd(rnd) -> TorchRLRndCfg | None:
-    if rnd is None:
-        return None
-    schedule = None
-    if rnd.weight_schedule is not None:
-        fields = ("mode", "final_value", "initial_step", "final_step")
-        schedule = TorchRLRndWeightScheduleCfg(**{name: getattr(rnd.weight_schedule, name, None) for name in fields})
-    return TorchRLRndCfg(
-        weight=rnd.weight,
-        weight_schedule=schedule,
-        reward_normalization=rnd.reward_normalization,
-        state_normalization=rnd.state_normalization,
-        learning_rate=rnd.learning_rate,
-        num_outputs=rnd.num_outputs,
-        predictor_hidden_dims=list(rnd.predictor_hidden_dims),
-        target_hidden_dims=list(rnd.target_hidden_dims),
-    )
 
 
 def _rnn(model) -> tuple | None:

@@ -21,9 +21,59 @@ DISTILLATION_LOSSES = ("mse", "huber")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 """rsl_rl's optimizers (``torch.optim.Adam``, ``AdamW``, ``SGD``, ``RMSprop``, each with its defaults but the learning
 rate)."""
+CNN_PADDINGS = ("none", "zeros", "reflect", "replicate", "circular")
+CNN_NORMS = ("none", "batch", "layer")
+CNN_GLOBAL_POOLS = ("none", "max", "avg")
+CNN_ACTIVATIONS = ("elu", "selu", "relu", "crelu", "lrelu", "leakyrelu", "tanh", "sigmoid", "softplus", "gelu")
+CNN_ACTIVATIONS += ("swish", "silu", "mish", "identity")
+"""rsl_rl's activation names (``rsl_rl.utils.resolve_nn_activation``), which its CNN configs use."""
+IMAGE_ENCODERS = ("cnn", "spatial_softmax")
 TRACKERS = ("tensorboard", "wandb", "neptune", "mlflow")
 TRACKER_CLIENTS = {"wandb": "wandb", "neptune": "neptune", "mlflow": "mlflow"}
 """The Python package each tracker needs (``pip install 'isaaclab-torchrl[<tracker>]'``)."""
+
+
+@configclass
+class TorchRLCNNCfg:
+    """An image encoder's CNN (rsl_rl's ``RslRlCNNModelCfg.CNNCfg``, fields of the same names, meanings and defaults;
+    :class:`isaaclab_torchrl.encoders.CNN`). A per-layer field takes one value for every layer or a list of one per
+    layer."""
+
+    output_channels: list[int] = MISSING
+    """Output channels of each convolution."""
+    kernel_size: int | list[int] = MISSING
+    stride: int | list[int] = 1
+    dilation: int | list[int] = 1
+    padding: str = "none"
+    """``"none"``, or a padding mode (``"zeros"``, ``"reflect"``, ``"replicate"``, ``"circular"``) with the padding
+    computed from each layer's input size, as rsl_rl does."""
+    norm: str | list[str] = "none"
+    """``"none"``, ``"batch"`` or ``"layer"``, after each convolution."""
+    activation: str = "elu"
+    """rsl_rl's activation names (:data:`isaaclab_torchrl.encoders.CNN_ACTIVATIONS`)."""
+    max_pool: bool | list[bool] = False
+    """A ``MaxPool2d(3, 2, 1)`` after each layer's activation."""
+    global_pool: str = "none"
+    """``"none"``, ``"max"`` or ``"avg"`` over the last feature map."""
+    flatten: bool = True
+    """Must stay ``True`` (the MLP reads a flat input; rsl_rl's rule); ``encoder="spatial_softmax"`` reads the
+    feature map itself."""
+
+
+def cnn_configs(cnn_cfg, groups) -> dict[str, TorchRLCNNCfg]:
+    """The CNN config of each image group in ``groups`` from an ``*_cnn_cfg`` field: one config (or its dict, as a
+    checkpoint's YAML holds it) for every group, or a dict of one per group name.
+
+    Raises:
+        KeyError: a group without a config in a per-group dict.
+    """
+
+    def config(value) -> TorchRLCNNCfg:
+        return value if isinstance(value, TorchRLCNNCfg) else TorchRLCNNCfg(**value)
+
+    if isinstance(cnn_cfg, TorchRLCNNCfg) or "output_channels" in cnn_cfg:
+        return {group: config(cnn_cfg) for group in groups}
+    return {group: config(cnn_cfg[group]) for group in groups}
 
 
 @configclass
@@ -63,6 +113,17 @@ class TorchRLActorCfg:
     actor_obs_normalization: bool = False
     """Normalise the actor's input with running mean and variance (rsl_rl's ``obs_normalization``), updated by the
     learner from each batch, sent to the workers with the weights, saved in checkpoints and exported."""
+    actor_cnn_cfg: TorchRLCNNCfg | dict[str, TorchRLCNNCfg] | None = None
+    """The CNN of each image group the actor reads (rsl_rl's ``RslRlCNNModelCfg.cnn_cfg``): one config for every
+    group, or a dict of one per group name. Image groups (``[C, H, W]`` per environment) go through it, their
+    features after the flat groups' (normalised) input, before the recurrent layer / MLP. Needed when the actor reads
+    an image group."""
+    encoder: str = "cnn"
+    """``"cnn"``: the CNN's flattened output (rsl_rl's ``CNNModel``); ``"spatial_softmax"``: the expected position of
+    each channel of its last feature map (Isaac Lab's KukaAllegro camera tasks' ``SpatialSoftmaxCNNModel``, with its
+    image scaling). uint8 images are scaled to ``[0, 1]`` by ``"cnn"``; float images are read as they are."""
+    init_temperature: float = 1.0
+    """The spatial softmax's initial temperature (``encoder="spatial_softmax"``)."""
 
 
 @configclass
@@ -72,6 +133,11 @@ class TorchRLPolicyCfg(TorchRLActorCfg):
     critic_hidden_dims: list[int] = MISSING
     critic_obs_normalization: bool = False
     """Normalise the critic's input, as :attr:`actor_obs_normalization` the actor's."""
+    critic_cnn_cfg: TorchRLCNNCfg | dict[str, TorchRLCNNCfg] | None = None
+    """The critic's CNNs, as :attr:`actor_cnn_cfg` the actor's (the critic's encoder is always ``"cnn"``)."""
+    share_cnn_encoders: bool = False
+    """The critic reads its image groups through the actor's CNNs (rsl_rl's ``share_cnn_encoders``, an algorithm
+    field there): one copy of their weights, trained by both losses; the groups must be the actor's."""
 
 
 @configclass

@@ -17,7 +17,12 @@ import torch
 
 from .torchrl_cfg import (
     ACTIVATIONS,
+    CNN_ACTIVATIONS,
+    CNN_GLOBAL_POOLS,
+    CNN_NORMS,
+    CNN_PADDINGS,
     DISTILLATION_LOSSES,
+    IMAGE_ENCODERS,
     NOISE_STD_TYPES,
     OPTIMIZERS,
     RECURRENT_BACKENDS,
@@ -28,8 +33,10 @@ from .torchrl_cfg import (
     TRACKER_CLIENTS,
     TRACKERS,
     TorchRLActorCfg,
+    TorchRLCNNCfg,
     TorchRLDistillationRunnerCfg,
     TorchRLRunnerCfg,
+    cnn_configs,
 )
 
 
@@ -93,11 +100,42 @@ def validate_policy_cfg(policy: TorchRLActorCfg, path: str = "agent.policy") -> 
     low, high = (float(value) for value in policy.std_range)
     if not 0 <= low < high:
         raise ConfigError(f"{path}.std_range must be (min, max) with 0 <= min < max, got {policy.std_range}.")
+    _check_cnns(policy, path)
     if policy.state_dependent_std and not policy.learn_std:
         raise ConfigError(
             f"{path}.state_dependent_std=true learns the std from the observation: it needs "
             f"{path}.learn_std=true (rsl_rl's heteroscedastic distribution has no fixed std either)."
         )
+
+
+def _check_cnns(policy: TorchRLActorCfg, path: str) -> None:
+    """Rejects image encoders that :mod:`isaaclab_torchrl.encoders` cannot build."""
+    _one_of(f"{path}.encoder", policy.encoder, IMAGE_ENCODERS)
+    if policy.init_temperature <= 0 or (getattr(policy, "share_cnn_encoders", False) and not policy.actor_cnn_cfg):
+        raise ConfigError(f"{path}: init_temperature must be > 0; share_cnn_encoders=true needs actor_cnn_cfg.")
+    for name in ("actor_cnn_cfg", "critic_cnn_cfg"):
+        cnn_cfg = getattr(policy, name, None)
+        single = cnn_cfg is None or isinstance(cnn_cfg, TorchRLCNNCfg) or "output_channels" in cnn_cfg
+        try:
+            configs = {} if cnn_cfg is None else cnn_configs(cnn_cfg, ["*"] if single else list(cnn_cfg))
+        except TypeError as exc:
+            raise ConfigError(f"{path}.{name} is not a CNN config (or a dict of one per image group): {exc}.") from None
+        for group, cnn in configs.items():
+            where = f"{path}.{name}" + ("" if single else f".{group}")
+            layers = len(cnn.output_channels) if isinstance(cnn.output_channels, list | tuple) else 0
+            for field in ("output_channels", "kernel_size", "stride", "dilation"):
+                values = value if isinstance(value := getattr(cnn, field), list | tuple) else [value]
+                if not layers or len(values) not in (1, layers) or any(int(v) < 1 for v in values):
+                    raise ConfigError(f"{where}.{field} must be one or one per layer, each >= 1, got {value}.")
+            for field, allowed in (("padding", CNN_PADDINGS), ("norm", CNN_NORMS), ("global_pool", CNN_GLOBAL_POOLS)):
+                for item in value if isinstance(value := getattr(cnn, field), list | tuple) else [value]:
+                    _one_of(f"{where}.{field}", item, allowed)
+            _one_of(f"{where}.activation", str(cnn.activation).lower(), CNN_ACTIVATIONS)
+            pooled = policy.encoder == "spatial_softmax" and name == "actor_cnn_cfg" and cnn.global_pool != "none"
+            if not cnn.flatten or pooled:
+                raise ConfigError(
+                    f"{where}: flatten=false, or a global_pool with encoder='spatial_softmax', cannot be built."
+                )
 
 
 def _check_symmetry(agent_cfg: TorchRLRunnerCfg) -> None:
@@ -318,23 +356,16 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
     for name in ("first_batch_timeout_s", "batch_timeout_s", "shutdown_timeout_s"):
         if getattr(collector, name) <= 0:
             raise ConfigError(f"agent.collector.{name} must be > 0, got {getattr(collector, name)}.")
-    if agent_cfg.num_steps_per_env < 1:
-        raise ConfigError(f"agent.num_steps_per_env must be >= 1, got {agent_cfg.num_steps_per_env}.")
-    if agent_cfg.max_iterations < 1:
-        raise ConfigError(f"max_iterations must be >= 1, got {agent_cfg.max_iterations}.")
-    if agent_cfg.save_interval < 1:
-        raise ConfigError(f"agent.save_interval must be >= 1, got {agent_cfg.save_interval}.")
-    if agent_cfg.eval_interval is not None and agent_cfg.eval_interval < 0:
-        raise ConfigError(
-            f"agent.eval_interval must be >= 0 (0 or null: no evaluation), got {agent_cfg.eval_interval}."
-        )
+    counts = {"num_steps_per_env": agent_cfg.num_steps_per_env, "max_iterations": agent_cfg.max_iterations}
+    counts |= {"save_interval": agent_cfg.save_interval, "eval_episodes": agent_cfg.eval_episodes}
+    for name, value in (*counts.items(), ("algorithm.num_learning_epochs", algo.num_learning_epochs)):
+        if value < 1:
+            raise ConfigError(f"agent.{name} must be >= 1, got {value}.")
+    if (agent_cfg.eval_interval or 0) < 0:
+        raise ConfigError(f"agent.eval_interval must be >= 0 (0 or null: none), got {agent_cfg.eval_interval}.")
     agent_cfg.eval_interval = agent_cfg.eval_interval or None
-    if agent_cfg.eval_episodes < 1:
-        raise ConfigError(f"agent.eval_episodes must be >= 1, got {agent_cfg.eval_episodes}.")
     if algo.learning_rate <= 0:
         raise ConfigError(f"agent.algorithm.learning_rate must be > 0, got {algo.learning_rate}.")
-    if algo.num_learning_epochs < 1:
-        raise ConfigError(f"agent.algorithm.num_learning_epochs must be >= 1, got {algo.num_learning_epochs}.")
     obs_groups = agent_cfg.obs_groups or {}
     distillation = isinstance(agent_cfg, TorchRLDistillationRunnerCfg)
     if not isinstance(obs_groups, dict) or not all(isinstance(v, list | tuple) for v in obs_groups.values()):

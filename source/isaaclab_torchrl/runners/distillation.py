@@ -13,8 +13,9 @@ from tensordict import TensorDictBase
 from torch.nn import functional
 from torchrl.modules import set_recurrent_mode
 
+from ..action_noise import noise_std
 from ..agents.torchrl_cfg import TorchRLActorCfg, TorchRLDistillationRunnerCfg
-from ..models import CollectionPolicy, EnvInterface, make_actor, noise_std, observation_normalizers
+from ..models import CollectionPolicy, EnvInterface, make_actor, observation_normalizers
 from .compilation import tf32_products
 from .rsl_rl_teacher import RSL_RL_ACTOR_KEY, rsl_rl_actor_state
 from .safety import NonFiniteError

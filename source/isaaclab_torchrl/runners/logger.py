@@ -44,6 +44,21 @@ def finished_episodes(td: TensorDictBase) -> tuple[list[float], list[int]]:
     return returns.tolist(), lengths.tolist()
 
 
+def batch_bytes(batch: TensorDictBase) -> str:
+    """Bytes per env step of each entry of a collected batch, the largest first, with its dtype and shape per step,
+    and their total: ``"policy 6144 (uint8 6x32x32), ...; total 6300"``."""
+    steps = max(batch.numel(), 1)
+    entries = []
+    for key, value in batch.items(include_nested=True, leaves_only=True):
+        shape = "x".join(map(str, value.shape[batch.batch_dims :])) or "1"
+        name = key if isinstance(key, str) else "/".join(key)
+        dtype = str(value.dtype).removeprefix("torch.")
+        entries.append((value.element_size() * value.numel() // steps, f"{name} {{}} ({dtype} {shape})"))
+    entries.sort(key=lambda entry: -entry[0])
+    listed = ", ".join(text.format(size) for size, text in entries)
+    return f"{listed}; total {sum(size for size, _ in entries)}"
+
+
 class Logger:
     """TensorBoard events in the run folder (none without one) and the console line of each iteration.
 

@@ -21,7 +21,7 @@ from .collection import Collection
 from .distillation import Distillation
 from .distributed import DistributedContext, average
 from .evaluation import Evaluation, EvaluationResult
-from .logger import Logger
+from .logger import Logger, batch_bytes
 from .ppo import PPO
 from .safety import NonFiniteError, StopSignals
 from .trackers import Tracker, VideoUploads, make_tracker
@@ -136,6 +136,8 @@ class TorchRLRunner:
         """The iterations, until ``end_iteration`` or a signal; returns whether a signal stopped them."""
         start_iteration, stopped = self.iteration, False
         for batch in workers:
+            if self.iteration == start_iteration:
+                print(f"[torchrl] batch bytes per env step: {batch_bytes(batch)}", flush=True)
             if self.distributed is not None and self.iteration == start_iteration:
                 # each rank collects its own data: this line shows that they differ
                 rank, size = self.distributed.rank, self.distributed.world_size

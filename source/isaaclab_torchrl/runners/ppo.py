@@ -13,16 +13,10 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import CudaGraphModule
 from torchrl.modules import set_recurrent_mode
 
+from ..action_noise import noise_std
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import FINAL_OBS_KEY
-from ..models import (
-    CollectionPolicyFactory,
-    EnvInterface,
-    make_collection_policy,
-    make_models,
-    noise_std,
-    observation_normalizers,
-)
+from ..models import CollectionPolicyFactory, EnvInterface, make_collection_policy, make_models, observation_normalizers
 from ..symmetry import Mirror
 from .compilation import COMPILE_SETTINGS, tf32_products
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
@@ -78,8 +72,8 @@ class PPO:
             broadcast_state(self.critic)
         self.collection_policy = make_collection_policy(self.actor, self.critic, cfg.policy)
         """What the collector workers run: these networks, not copies (the weight sync sends their weights)."""
-        self.normalizers = [(n, interface.actor_obs_keys) for n in observation_normalizers(self.actor)]
-        self.normalizers += [(n, interface.critic_obs_keys) for n in observation_normalizers(self.critic)]
+        self.normalizers = [(n, interface.flat_keys("actor")) for n in observation_normalizers(self.actor)]
+        self.normalizers += [(n, interface.flat_keys("critic")) for n in observation_normalizers(self.critic)]
         self.gae = CollectedBatchGAE(self.critic, algo.gamma, algo.lam, interface.critic_obs_keys)
         symmetry = algo.symmetry_cfg
         self.mirror = None if symmetry is None else Mirror(interface.symmetry, self.device)
