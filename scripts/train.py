@@ -19,7 +19,7 @@ import yaml
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl import training
-from isaaclab_torchrl.agents.validation import ConfigError, speed_summary
+from isaaclab_torchrl.agents.validation import ConfigError
 from isaaclab_torchrl.cli import UsageError, make_train_parser, parse_args
 from isaaclab_torchrl.runners.compilation import compile_cache_dir
 from isaaclab_torchrl.runners.distributed import parameter_checksum
@@ -34,7 +34,7 @@ def error(message: str) -> None:
 
 def train(run: training.TrainingRun) -> int:
     """Starts the runner, trains, and reports how training ended as the exit code."""
-    print(f"[torchrl] {speed_summary(run.agent_cfg)}", flush=True)
+    print(f"[torchrl] {training.speed_summary(run.agent_cfg)}", flush=True)
     try:
         runner = training.start(run)
     except UsageError as exc:  # the checkpoint does not fit this task and agent

@@ -52,6 +52,10 @@ CASES = {
         ],
         "data_augmentation_func 'nowhere:nothing' is not an importable",
     ),
+    "own network class that does not import": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.policy.critic_class_name=nowhere:Nothing"],
+        "agent.policy.critic_class_name 'nowhere:Nothing' is not an importable 'module:Class'",
+    ),
     "more minibatches than trajectory slices": (
         ["--task", "Isaac-Cartpole-Direct", "--num_envs", "8", "agent.algorithm.num_mini_batches=16"],
         "agent.algorithm.num_mini_batches (16) must be between 1 and the 8 trajectory slices",

@@ -6,7 +6,8 @@ import pytest
 
 from helpers import set_fields
 from isaaclab_torchrl.agents.rsl_rl_port import ported_agent
-from isaaclab_torchrl.agents.validation import resolve_speed_settings, speed_summary
+from isaaclab_torchrl.agents.validation import resolve_speed_settings
+from isaaclab_torchrl.training import speed_summary
 
 pytestmark = pytest.mark.fast
 

@@ -157,7 +157,8 @@ def export_policy(
     inputs = _Inputs(actor.parts.normalizer, actor.parts.images)
     rnn = actor.parts.rnn
     # torchrl's MLP is an nn.Sequential whose variadic forward TorchScript rejects; its layers are used as they are
-    mlp = nn.Sequential(*actor.parts.mean)
+    mean = actor.parts.mean
+    mlp = nn.Sequential(*mean) if isinstance(mean, nn.Sequential) else mean  # else a class of the task author's
     device = next(mlp.parameters()).device
     obs = torch.zeros(num_envs, obs_dim, device=device)
     image_inputs = [

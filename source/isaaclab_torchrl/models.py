@@ -223,13 +223,8 @@ def make_actor(
         in_key, obs_dim = f"{role}_rnn_features", cfg.rnn_hidden_size
 
     action_dim = interface.action_dim
-    mlp = MLP(
-        in_features=obs_dim,
-        out_features=2 * action_dim if cfg.state_dependent_std else action_dim,
-        num_cells=list(cfg.actor_hidden_dims),
-        activation_class=ACTIVATION_CLASSES[cfg.activation.lower()],
-        device=device,
-    )
+    out_features = 2 * action_dim if cfg.state_dependent_std else action_dim
+    mlp = make_network(cfg.actor_class_name, obs_dim, out_features, cfg.actor_hidden_dims, cfg, device)
     loc, scale = f"{prefix}loc", f"{prefix}scale"
     scale_lb, scale_ub = max(float(cfg.std_range[0]), MIN_STD), float(cfg.std_range[1])
     initial_std = math.log(cfg.init_noise_std) if cfg.noise_std_type == "log" else cfg.init_noise_std
@@ -282,15 +277,21 @@ def make_models(cfg: TorchRLPolicyCfg, interface: EnvInterface, device: torch.de
         critic_layers.append(_recurrent_module(cfg, critic_in, critic_in_dim, "critic_rnn", device))
         critic_in, critic_in_dim = "critic_rnn_features", cfg.rnn_hidden_size
     actor = make_actor(cfg, interface, device, recurrent_module=actor_rnn, image_encoders=actor_encoders)
-    critic_mlp = MLP(
-        in_features=critic_in_dim,
-        out_features=1,
-        num_cells=list(cfg.critic_hidden_dims),
-        activation_class=ACTIVATION_CLASSES[cfg.activation.lower()],
-        device=device,
-    )
+    critic_mlp = make_network(cfg.critic_class_name, critic_in_dim, 1, cfg.critic_hidden_dims, cfg, device)
     critic_layers.append(TensorDictModule(critic_mlp, in_keys=[critic_in], out_keys=["state_value"]))
     return Models(actor, TensorDictSequential(*critic_layers))
+
+
+def make_network(class_name: str | None, in_features: int, out_features: int, hidden_dims, cfg, device) -> nn.Module:
+    """The network after the inputs (and the recurrent layer): torchrl's MLP of ``hidden_dims`` with
+    ``cfg.activation``, or ``Class(in_features, out_features, cfg)`` for a ``class_name`` ``"module:Class"`` (the
+    config's ``actor_class_name`` / ``critic_class_name``)."""
+    if class_name is None:
+        activation = ACTIVATION_CLASSES[cfg.activation.lower()]
+        return MLP(in_features, out_features, num_cells=list(hidden_dims), activation_class=activation, device=device)
+    from isaaclab.utils.string import string_to_callable
+
+    return string_to_callable(class_name)(in_features, out_features, cfg).to(device)
 
 
 def _image_encoders(cnn_cfg, encoder: str, cfg, interface: EnvInterface, role: str, device) -> nn.ModuleList | None:

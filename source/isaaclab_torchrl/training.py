@@ -18,7 +18,7 @@ import torch
 from isaaclab.utils.io import dump_yaml
 from isaaclab_rl.entrypoints.common import apply_video_recording, pre_launch_video_config
 
-from .agents.torchrl_cfg import TorchRLDistillationRunnerCfg
+from .agents.torchrl_cfg import TorchRLDistillationRunnerCfg, TorchRLRunnerCfg
 from .agents.validation import ConfigError, check_teacher_checkpoint, validate_agent_cfg
 from .cli import UsageError, apply_train_args, check_isaaclab_args, checkpoint_path, launcher_args, resolve_task
 from .envs import IsaacLabEnvFactory, env_obs_groups, make_env_factories
@@ -30,6 +30,25 @@ from .runners.distillation import teacher_only
 from .runners.distributed import DistributedContext, init_distributed
 from .runs import RunFolderError, create_run_dir, experiment_root, new_run_dir, resumed_run_dir
 from .symmetry import SymmetryError
+
+
+def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
+    """One line that says how the resolved config trains (``scripts/train.py`` prints it at start)."""
+    collector, policy = agent_cfg.collector, agent_cfg.policy
+    update = "compiled + CUDA graph" if agent_cfg.cudagraphs else "compiled" if agent_cfg.compile else "eager"
+    if policy.rnn_type is not None:
+        update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend})"
+    if getattr(agent_cfg.algorithm, "use_mixed_precision", False):
+        update += ", bfloat16 losses"
+    if agent_cfg.tf32:
+        update += ", TF32 products"
+    workers = collector.num_collectors
+    storage = collector.storing_device or agent_cfg.device
+    return (
+        f"update: {update}; inference: {'CUDA graph' if collector.cudagraph_policy else 'eager'}; "
+        f"collection: {'sync' if collector.sync else 'async'}, {workers} worker{'s' if workers > 1 else ''}; "
+        f"batches stored on {storage}"
+    )
 
 
 @dataclasses.dataclass

@@ -149,7 +149,10 @@ def _check_models(*models) -> None:
     """Refuses models this runner cannot build: custom classes."""
     for model in models:
         if _model_class(model) not in (*SUPPORTED_MODELS, SPATIAL_SOFTMAX_MODEL):
-            raise UnsupportedAgentError(f"its rsl_rl agent uses the custom model class {model.class_name}")
+            raise UnsupportedAgentError(
+                f"its rsl_rl agent uses the custom model class {model.class_name}, which is built on rsl_rl's model "
+                "interface; a network class of this runner's is set with agent.policy.actor_class_name (docs/tasks.md)"
+            )
 
 
 def _cnn_cfg(model):

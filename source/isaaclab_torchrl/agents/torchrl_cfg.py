@@ -124,6 +124,13 @@ class TorchRLActorCfg:
     image scaling). uint8 images are scaled to ``[0, 1]`` by ``"cnn"``; float images are read as they are."""
     init_temperature: float = 1.0
     """The spatial softmax's initial temperature (``encoder="spatial_softmax"``)."""
+    actor_class_name: str | None = None
+    """A network class of your own in place of the actor's MLP, as ``"module:Class"`` (rsl_rl's model
+    ``class_name``): built as ``Class(in_features, out_features, cfg)`` with this config (a subclass of it may carry
+    the class's own fields), it maps ``[..., in_features]`` (the normalised observations, the image features, or the
+    recurrent layer's output) to ``[..., out_features]`` (the action mean). Normalisation, image encoders, the
+    recurrent layer, the noise, checkpoints, play and export stay the runner's; export needs a TorchScript-able
+    class. ``None``: an MLP of :attr:`actor_hidden_dims`."""
 
 
 @configclass
@@ -135,6 +142,8 @@ class TorchRLPolicyCfg(TorchRLActorCfg):
     """Normalise the critic's input, as :attr:`actor_obs_normalization` the actor's."""
     critic_cnn_cfg: TorchRLCNNCfg | dict[str, TorchRLCNNCfg] | None = None
     """The critic's CNNs, as :attr:`actor_cnn_cfg` the actor's (the critic's encoder is always ``"cnn"``)."""
+    critic_class_name: str | None = None
+    """The value network's class of your own, as :attr:`actor_class_name` the actor's (``out_features`` is 1)."""
     share_cnn_encoders: bool = False
     """The critic reads its image groups through the actor's CNNs (rsl_rl's ``share_cnn_encoders``, an algorithm
     field there): one copy of their weights, trained by both losses; the groups must be the actor's."""

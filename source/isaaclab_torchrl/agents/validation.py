@@ -101,11 +101,20 @@ def validate_policy_cfg(policy: TorchRLActorCfg, path: str = "agent.policy") -> 
     if not 0 <= low < high:
         raise ConfigError(f"{path}.std_range must be (min, max) with 0 <= min < max, got {policy.std_range}.")
     _check_cnns(policy, path)
-    if policy.state_dependent_std and not policy.learn_std:
+    if policy.state_dependent_std and (not policy.learn_std or policy.actor_class_name is not None):
         raise ConfigError(
-            f"{path}.state_dependent_std=true learns the std from the observation: it needs "
-            f"{path}.learn_std=true (rsl_rl's heteroscedastic distribution has no fixed std either)."
+            f"{path}.state_dependent_std=true learns the std from the observation: it needs {path}.learn_std=true "
+            "(rsl_rl's heteroscedastic distribution has no fixed std either) and the runner's MLP (its std head "
+            "starts at init_noise_std), not actor_class_name."
         )
+    for name in ("actor_class_name", "critic_class_name"):
+        if (class_name := getattr(policy, name, None)) is not None:
+            from isaaclab.utils.string import string_to_callable
+
+            try:
+                string_to_callable(class_name)
+            except (ValueError, AttributeError, ImportError, TypeError) as exc:
+                raise ConfigError(f"{path}.{name} {class_name!r} is not an importable 'module:Class': {exc}") from None
 
 
 def _check_cnns(policy: TorchRLActorCfg, path: str) -> None:
@@ -307,25 +316,6 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
         # on a 2-core CPU (docs/benchmarks.md)
         collector.sync = not fast
     return agent_cfg
-
-
-def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
-    """One line that says how the resolved config trains (``scripts/train.py`` prints it at start)."""
-    collector, policy = agent_cfg.collector, agent_cfg.policy
-    update = "compiled + CUDA graph" if agent_cfg.cudagraphs else "compiled" if agent_cfg.compile else "eager"
-    if policy.rnn_type is not None:
-        update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend})"
-    if getattr(agent_cfg.algorithm, "use_mixed_precision", False):
-        update += ", bfloat16 losses"
-    if agent_cfg.tf32:
-        update += ", TF32 products"
-    workers = collector.num_collectors
-    storage = collector.storing_device or agent_cfg.device
-    return (
-        f"update: {update}; inference: {'CUDA graph' if collector.cudagraph_policy else 'eager'}; "
-        f"collection: {'sync' if collector.sync else 'async'}, {workers} worker{'s' if workers > 1 else ''}; "
-        f"batches stored on {storage}"
-    )
 
 
 def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
