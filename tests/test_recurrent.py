@@ -1,13 +1,14 @@
 """The ``fused`` recurrent backend (the graphed update's) computes what torchrl's ``pad`` backend computes: the
 features, the states written at the trajectories' ends and every gradient, over slices with episode starts in the
-middle, eagerly and under ``torch.compile`` (which the GPU's graphed update runs it in)."""
+middle, eagerly and under ``torch.compile`` (which the GPU's graphed update runs it in). Our ``pad`` backend (not
+packed) computes torchrl's features and their gradients."""
 
 import pytest
 import torch
 from tensordict import TensorDict
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
-from isaaclab_torchrl.recurrent import FusedGRUModule, FusedLSTMModule
+from isaaclab_torchrl.recurrent import FusedGRUModule, FusedLSTMModule, PaddedGRUModule, PaddedLSTMModule
 
 pytestmark = pytest.mark.fast
 
@@ -72,3 +73,20 @@ def test_fused_backend_equals_torchrls_pad_backend(rnn_type, num_layers):
     with set_recurrent_mode(False):
         step = fused(slices[:, 0].clone())
     torch.testing.assert_close(step["y"], expected_outputs[0][:, 0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rnn_type", ["lstm", "gru"])
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_unpacked_pad_backend_gives_torchrls_features_and_gradients(rnn_type, num_layers):
+    torch.manual_seed(0)
+    reference, _, state_keys = _modules(rnn_type, num_layers)
+    padded = (PaddedLSTMModule if rnn_type == "lstm" else PaddedGRUModule)(
+        input_size=IN, hidden_size=HIDDEN, num_layers=num_layers, in_keys=reference.in_keys, out_keys=reference.out_keys
+    )
+    padded.load_state_dict(reference.state_dict())
+    slices = _slices(rnn_type, num_layers)
+    # the features and their gradients; the final states of split trajectories are not written (training reads none)
+    expected, expected_gradients = _outputs_and_gradients(reference, slices, [])
+    actual, gradients = _outputs_and_gradients(padded, slices, [])
+    for value, wanted in zip(actual + list(gradients), expected + list(expected_gradients), strict=True):
+        torch.testing.assert_close(value, wanted, atol=1e-5, rtol=1e-5)

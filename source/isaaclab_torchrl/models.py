@@ -9,12 +9,12 @@ from typing import NamedTuple
 import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.modules import MLP, GRUModule, IndependentNormal, LSTMModule, ProbabilisticActor
+from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
 
 from .action_noise import MIN_STD, BoundedNormalScale, MeanSlice, StateDependentScale
 from .agents.torchrl_cfg import TorchRLActorCfg, TorchRLPolicyCfg
 from .encoders import ImageFeatures, make_image_encoders
-from .recurrent import FusedGRUModule, FusedLSTMModule
+from .recurrent import FusedGRUModule, FusedLSTMModule, PaddedGRUModule, PaddedLSTMModule
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def _recurrent_module(cfg: TorchRLActorCfg, in_key: str, input_size: int, name: 
     )
     if cfg.recurrent_backend == "fused":
         return (FusedLSTMModule if lstm else FusedGRUModule)(**kwargs)
-    return (LSTMModule if lstm else GRUModule)(**kwargs, recurrent_backend="pad")
+    return (PaddedLSTMModule if lstm else PaddedGRUModule)(**kwargs)
 
 
 def make_actor(

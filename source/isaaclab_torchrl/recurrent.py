@@ -1,4 +1,9 @@
-"""The ``fused`` recurrent backend: LSTM and GRU layers over whole trajectory slices, episode starts as a mask.
+"""The recurrent backends: LSTM and GRU layers over whole trajectory slices in recurrent mode (GAE, the update).
+
+``pad`` (:class:`PaddedLSTMModule`, :class:`PaddedGRUModule`): torchrl's, the slices split at episode starts and
+padded at their ends, run through ``nn.LSTM`` / ``nn.GRU`` (cuDNN, MKL) without packing them.
+
+``fused`` (:class:`FusedLSTMModule`, :class:`FusedGRUModule`): episode starts as a mask.
 
 torchrl's :class:`~torchrl.modules.LSTMModule` and :class:`~torchrl.modules.GRUModule` keep their keys, their
 step-by-step collection path (cuDNN, one step) and their weights; only their pass over trajectory slices in
@@ -231,3 +236,35 @@ class FusedGRUModule(GRUModule):
             )
             hs.append(layer_input)
         return layer_input.transpose(0, 1), _mask_to_ends(torch.stack(hs, 2), is_init)
+
+
+class PaddedLSTMModule(LSTMModule):
+    """torchrl's :class:`~torchrl.modules.LSTMModule` with its ``pad`` backend, whose recurrent mode runs the
+    trajectories, split at episode starts and padded at their ends, through ``nn.LSTM`` as they are.
+
+    torchrl 0.14.1 packs them (``pack_padded_sequence``) so that each trajectory's final state is the one after its
+    last step rather than after the padding. Padding only follows a trajectory's last step, so every step's output is
+    the same either way, and training reads no final state; on the CPU, packing made the LSTM's forward and backward
+    pass ~3x slower (docs/benchmarks.md). The final state of a trajectory shorter than its slice is therefore not
+    written (zero), as at the slices' other steps. Proposed upstream: pack only where final states are read (an
+    option of the module, or never in recurrent mode, whose intermediate states are placeholders already).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, recurrent_backend="pad", **kwargs)
+
+    def _lstm(self, input, batch, steps, device, dtype, hidden0_in=None, hidden1_in=None, splits=None, **kwargs):
+        return super()._lstm(input, batch, steps, device, dtype, hidden0_in, hidden1_in, None, **kwargs)
+
+
+class PaddedGRUModule(GRUModule):
+    """torchrl's :class:`~torchrl.modules.GRUModule` with its ``pad`` backend, padded trajectories not packed (see
+    :class:`PaddedLSTMModule`), and its ``forward`` without decorators (see :class:`FusedGRUModule`)."""
+
+    forward = inspect.unwrap(GRUModule.forward)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, recurrent_backend="pad", **kwargs)
+
+    def _gru(self, input, batch, steps, device, dtype, hidden_in=None, splits=None, **kwargs):
+        return super()._gru(input, batch, steps, device, dtype, hidden_in, None, **kwargs)
