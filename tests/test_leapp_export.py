@@ -148,7 +148,12 @@ def test_isaaclab_leapp_deploy_runs_the_exported_pipeline(exported):
         time.sleep(5)  # stepping
         assert deploy.poll() is None, "".join(lines)
         deploy.send_signal(signal.SIGINT)
-        remaining, _ = deploy.communicate(timeout=60)
+        try:
+            remaining, _ = deploy.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            # once on the 2-core CI machine Isaac Lab's deploy did not exit within 60 s of one Ctrl+C (docs/deploy.md)
+            deploy.send_signal(signal.SIGINT)
+            remaining, _ = deploy.communicate(timeout=60)
     finally:
         if deploy.poll() is None:
             deploy.kill()
