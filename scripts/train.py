@@ -21,6 +21,7 @@ import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac La
 from isaaclab_torchrl import training
 from isaaclab_torchrl.agents.validation import ConfigError
 from isaaclab_torchrl.cli import UsageError, make_train_parser, parse_args
+from isaaclab_torchrl.offline_assets import export_offline_root
 from isaaclab_torchrl.runners.compilation import compile_cache_dir
 from isaaclab_torchrl.runners.distributed import parameter_checksum
 from isaaclab_torchrl.runners.on_policy_runner import TrackerStartError
@@ -86,7 +87,8 @@ def main(argv: list[str]) -> int:
     args, hydra_args = parse_args(make_train_parser(), argv)
     if not args.print_config:
         # the workers' imports, done by the process they are forked from while this one resolves the configs (it
-        # starts with this process's environment as it is now)
+        # starts with this process's environment as it is now, the offline asset root included)
+        export_offline_root()
         start_worker_server()
     try:
         run = training.prepare(args, hydra_args)

@@ -11,7 +11,9 @@ from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars
 @pytest.mark.parametrize("agent, experiment", [("torchrl", "anymal_d_flat"), ("torchrl_lstm", "anymal_d_flat_lstm")])
 def test_anymal_flat_smoke_train_and_play(workdir, agent, experiment):
     task = ["--task", "Isaac-Velocity-Flat-AnymalD", "--agent", agent, *CPU_ARGS]
-    process = run_script("train.py", [*task, "--num_envs", "16", "--max_iterations", "2"], cwd=workdir)
+    # the documented offline switch alone: the workers' Isaac Lab must build the terrain's ground plane offline too
+    args = [*task, "--num_envs", "16", "--max_iterations", "2"]
+    process = run_script("train.py", args, cwd=workdir, offline_switch=True)
     assert_ok(process)
     assert "uses the DC-motor model ANYDRIVE_3_SIMPLE_ACTUATOR_CFG" in process.stdout + process.stderr
     (run_dir,) = run_dirs(workdir, experiment)

@@ -51,6 +51,15 @@ def _map_strings(cfg, function, seen=None) -> None:
             _map_strings(value, function, seen)
 
 
+def export_offline_root() -> None:
+    """With ``ISAACLAB_TORCHRL_OFFLINE_ASSETS=1``, sets ``ISAACSIM_ASSET_ROOT`` to the vendored root for the processes
+    started from here on: a worker server started before the env config is resolved imports Isaac Lab with it, so
+    the paths Isaac Lab builds at import (the ground plane of a terrain) are offline too. A conflicting root is left
+    as it is, for :func:`use_offline_assets` to report."""
+    if offline_assets_requested() and not os.environ.get("ISAACSIM_ASSET_ROOT"):
+        os.environ["ISAACSIM_ASSET_ROOT"] = OFFLINE_ASSET_ROOT
+
+
 def use_offline_assets(env_cfg) -> None:
     """With ``ISAACLAB_TORCHRL_OFFLINE_ASSETS=1``, points the env config's asset paths at the vendored root.
 
