@@ -16,18 +16,16 @@ import statistics
 import time
 
 import torch
-from tensordict import TensorDict
-
 from learner import TASK_SIZES
+from tensordict import TensorDict
 
 
 def make_algorithm(task: str, agent: str, num_envs: int, device: str):
     """rsl_rl's PPO for the task's rsl_rl agent config, with its storage, for ``num_envs`` environments."""
+    import isaaclab_tasks  # noqa: F401  (registers the tasks)
     from isaaclab_rl.rsl_rl.utils import handle_deprecated_rsl_rl_cfg
     from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
     from rsl_rl.algorithms import PPO
-
-    import isaaclab_tasks  # noqa: F401  (registers the tasks)
 
     cfg = load_cfg_from_registry(task, agent)
     handle_deprecated_rsl_rl_cfg(cfg, "5.0.0")

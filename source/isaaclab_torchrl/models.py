@@ -346,17 +346,32 @@ def observation_normalizers(module: nn.Module) -> list[ObservationNormalizer]:
     return [m for m in module.modules() if isinstance(m, ObservationNormalizer)]
 
 
+INTERMEDIATE_KEYS = frozenset(
+    f"{role}_{name}"
+    for role in ("actor", "critic", "teacher")
+    for name in ("obs", "obs_normalized", "obs_encoded", "rnn_features", "output")
+)
+"""What the networks write on the way to their outputs (see :func:`_input_layers`): the update recomputes them."""
+
+
 class CollectionPolicy(TensorDictSequential):
-    """The networks the collector workers run, writing into a copy of their input instead of the input itself.
+    """The networks the collector workers run, writing into a copy of their input instead of the input itself, and
+    returning their outputs without their intermediates (:data:`INTERMEDIATE_KEYS`).
 
     torchrl's graphed inference (``agent.collector.cudagraph_policy``) replays a module that returns its own input
     by merging the graph's locked output into the caller's tensordict, nested entries by reference: the recurrent
     state under ``"next"`` would become the graph's locked output and the collector's next write into it would fail
     (``Cannot modify locked TensorDict``). A module that returns a new tensordict is replayed into a fresh clone.
+    The collector stores every key the policy returns in the batch, so the intermediates (recurrent features,
+    concatenated, normalised or encoded observations) would be carried to the learner, which recomputes them.
     """
 
+    def __init__(self, *modules):
+        super().__init__(*modules)
+        self.intermediate_keys = tuple(key for key in self.out_keys if key in INTERMEDIATE_KEYS)
+
     def forward(self, tensordict, *args, **kwargs):
-        return super().forward(tensordict.copy(), *args, **kwargs)
+        return super().forward(tensordict.copy(), *args, **kwargs).exclude(*self.intermediate_keys)
 
 
 def make_collection_policy(actor: ProbabilisticActor, critic: TensorDictSequential, cfg: TorchRLPolicyCfg):

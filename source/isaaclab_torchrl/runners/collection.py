@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 from tensordict import TensorDictBase
-from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
+from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
@@ -146,6 +146,7 @@ class Collection:
             cudagraph_policy=cfg.collector.cudagraph_policy,
             track_policy_version=True,
             auto_register_policy_transforms=True,
+            collector_class=CompactCollector,
             init_fn=init_worker,
             post_collect_hook=self.rollout_hook(),
             # the rollout stays on the stream Isaac Lab steps on (torchrl's own streams do not wait for the
@@ -153,6 +154,24 @@ class Collection:
             no_cuda_sync=on_cuda,
             **({"cat_results": "stack"} if sync else {}),
         )
+
+
+class CompactCollector(Collector):
+    """torchrl's collector in each worker, whose rollout buffer leaves out every ``("next", ...)`` key that
+    ``compact_obs`` drops, the recurrent state's included.
+
+    Proposed upstream change (torchrl 0.14.1, ``Collector._maybe_make_final_rollout``): the buffer is built from the
+    env's keys without the compact ones, and the policy's output keys are added to it afterwards; a recurrent
+    policy's next state (``("next", "actor_rnn_h")``, ...) is one of them, so the buffer holds it although no step
+    writes it (every step's data drops it): zeros carried to the learner. Dropping the compact keys once the buffer is
+    complete takes them out: for ANYmal-D's LSTM 256 (actor and critic) 4,096 of 10,879 bytes per env step
+    (``docs/benchmarks.md``).
+    """
+
+    def _maybe_make_final_rollout(self, make_rollout: bool) -> None:
+        super()._maybe_make_final_rollout(make_rollout)
+        if make_rollout and self._compact_next_keys:
+            self._final_rollout = self._final_rollout.exclude(*self._compact_next_keys)
 
 
 class PublishRollout:
