@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -13,6 +14,19 @@ COMPILE_SETTINGS = {"allow_rnn": True}
 modules, an ``nn.LSTM``/``nn.GRU`` among them, which dynamo refuses to wrap by default: it would run the whole loss
 eagerly, the recurrent pass's backward included. Those modules' own forward never runs in the update (the
 recurrent layers run :mod:`isaaclab_torchrl.recurrent`'s fused pass)."""
+
+
+def compile_losses(losses: Callable) -> Callable:
+    """``losses`` compiled by ``torch.compile``: traced with :data:`COMPILE_SETTINGS`, and its forward and backward
+    graphs kept in AOTAutograd's cache although they contain a custom ``autograd.Function``.
+
+    torch 2.11 leaves such graphs out of AOTAutograd's cache by default, so every new process traced the joint graph
+    and partitioned it again. The fused recurrent pass (:mod:`isaaclab_torchrl.recurrent`) is such a function; dynamo
+    traces its forward and its backward into the graph (``autograd_function_apply``), so they are part of the key of
+    the cached entry. The cached steps and what is left of a run's first update are in ``docs/benchmarks.md``.
+    """
+    compiled = torch._dynamo.config.patch(**COMPILE_SETTINGS)(torch.compile(losses))
+    return torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True)(compiled)
 
 
 def compile_cache_dir() -> str:

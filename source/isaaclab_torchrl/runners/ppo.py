@@ -18,7 +18,7 @@ from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import FINAL_OBS_KEY
 from ..models import CollectionPolicyFactory, EnvInterface, make_collection_policy, make_models, observation_normalizers
 from ..symmetry import Mirror
-from .compilation import COMPILE_SETTINGS, tf32_products
+from .compilation import compile_losses, tf32_products
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
 from .gae import CollectedBatchGAE
 from .loss import ClipPPOLossWithKL
@@ -132,10 +132,8 @@ class PPO:
                 predictor, lr=algo.rnd_cfg.learning_rate, capturable=on_cuda, fused=True
             )
             self.synced_parameters += predictor
+        self._losses = compile_losses(self.losses) if cfg.compile else self.losses
         self._loss_and_gradients = self.loss_and_gradients
-        if cfg.compile:
-            compiled = torch.compile(self.loss_and_gradients)
-            self._loss_and_gradients = torch._dynamo.config.patch(**COMPILE_SETTINGS)(compiled)
         if cfg.cudagraphs:
             # the gradients of the replays land in the .grad tensors of the capture, which the optimizer reads
             self._loss_and_gradients = CudaGraphModule(
@@ -254,13 +252,9 @@ class PPO:
             minibatches = [self.mirror.augment(minibatch) for minibatch in minibatches]
         return minibatches
 
-    def loss_and_gradients(self, minibatch: TensorDictBase) -> TensorDictBase:
-        """PPO's losses on one minibatch and their gradients (in ``.grad``); returns the detached statistics, those of
-        :attr:`statistics` but ``grad_norm``, in one tensor under ``"statistics"`` (a CUDA graph of tensordict's
-        returns a tensordict).
-
-        This is the part that ``cfg.compile`` compiles and ``cfg.cudagraphs`` replays as a CUDA graph.
-        """
+    def losses(self, minibatch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """PPO's losses on one minibatch: their sum, to differentiate, and the detached statistics, those of
+        :attr:`statistics` but ``grad_norm``, in one tensor. This is what ``cfg.compile`` compiles, as one graph."""
         autocast = torch.autocast(self.device.type, torch.bfloat16, enabled=self.cfg.algorithm.use_mixed_precision)
         with set_recurrent_mode(True), autocast:
             losses = self.loss(minibatch)
@@ -271,14 +265,20 @@ class PPO:
             if self.rnd is not None:  # the predictor's loss on the original samples; its own parameters
                 losses["loss_rnd"] = self.rnd.loss(minibatch[: minibatch.shape[0] // self.loss.copies])
                 loss = loss + losses["loss_rnd"]
+        # "kl" is rsl_rl's analytic KL (see ClipPPOLossWithKL)
+        keys = ("loss_objective", "loss_critic", "entropy", "kl_approx") + (("loss_symmetry",) if self.mirror else ())
+        keys += ("loss_rnd",) if self.rnd else ()
+        return loss, torch.stack([losses[key].detach().float() for key in keys])
+
+    def loss_and_gradients(self, minibatch: TensorDictBase) -> TensorDictBase:
+        """The losses (:meth:`losses`) and their gradients (in ``.grad``); returns the statistics under
+        ``"statistics"`` (a CUDA graph of tensordict's returns a tensordict). ``cfg.cudagraphs`` replays it."""
+        loss, statistics = self._losses(minibatch)
         self.optimizer.zero_grad(set_to_none=True)
         if self.rnd is not None:
             self.rnd_optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        # "kl" is rsl_rl's analytic KL (see ClipPPOLossWithKL)
-        keys = ("loss_objective", "loss_critic", "entropy", "kl_approx") + (("loss_symmetry",) if self.mirror else ())
-        keys += ("loss_rnd",) if self.rnd else ()
-        return TensorDict(statistics=torch.stack([losses[key].detach().float() for key in keys]))
+        return TensorDict(statistics=statistics)
 
     def _average_and_clip_gradients(self) -> torch.Tensor:
         """Averages the gradients over the ranks (with several), clips the actor's and the critic's gradient norms
