@@ -77,7 +77,7 @@ def use_offline_assets(env_cfg) -> None:
             f"{OPT_IN_VARIABLE}=1 asks for the offline asset root, but ISAACSIM_ASSET_ROOT is already set to "
             f"{current!r}. Unset one of them."
         )
-    os.environ["ISAACSIM_ASSET_ROOT"] = OFFLINE_ASSET_ROOT  # for the simulation processes started from here
+    export_offline_root()  # for the simulation processes started from here
     from isaaclab.utils.assets import NUCLEUS_ASSET_ROOT_DIR  # the root this process's configs were built with
 
     if NUCLEUS_ASSET_ROOT_DIR != OFFLINE_ASSET_ROOT:
