@@ -3,7 +3,7 @@
     python benchmarks/isaaclab_train_offline.py --rl_library rsl_rl --task Isaac-Velocity-Flat-AnymalD ...
 
 With the vendored asset root, ANYmal's actuator network is missing; this project's runner then uses the
-DC-motor model (:func:`isaaclab_torchrl.envs.use_available_actuators`). This wrapper makes the env configs of
+DC-motor model (:func:`isaaclab_torchrl.offline_assets.use_available_actuators`). This wrapper makes the env configs of
 Isaac Lab's own trainers do the same, so that benchmarks compare the same robot. Other tasks are unchanged.
 """
 
@@ -14,7 +14,7 @@ import gymnasium as gym
 import isaaclab_tasks  # noqa: F401  (registers the tasks)
 from isaaclab_rl.entrypoints.dispatch import run_train_cli
 
-from isaaclab_torchrl.envs import use_available_actuators
+from isaaclab_torchrl.offline_assets import use_available_actuators
 
 
 def with_available_actuators(entry_point: str):

@@ -18,8 +18,7 @@ from isaaclab_tasks.utils import resolve_task_config, setup_preset_cli
 
 from .agents import AGENT_ALIASES, UnsupportedAgentError, agent_entry_point, register_agents
 from .agents.validation import ConfigError, check_device
-from .envs import use_available_actuators
-from .offline_assets import AssetRootError, check_asset_server, use_offline_assets
+from .offline_assets import AssetRootError, check_asset_server, use_available_actuators, use_offline_assets
 from .runs import LOG_ROOT
 
 PRESET_SELECTORS = ("physics", "renderer", "presets")

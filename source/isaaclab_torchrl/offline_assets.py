@@ -1,5 +1,6 @@
 """Where a task's assets come from: the vendored offline asset root (``ISAACLAB_TORCHRL_OFFLINE_ASSETS=1``, see
-``offline_assets/README.md``), and a quick check that the asset server answers before a run starts.
+``offline_assets/README.md``), a quick check that the asset server answers before a run starts, and ANYmal's
+actuator model where its network file cannot be had.
 
 Isaac Lab turns ``ISAACSIM_ASSET_ROOT`` into asset paths once, when ``isaaclab.utils.assets`` is first imported,
 and the task configs carry the resulting paths. So the offline switch is applied to the env config where a run
@@ -10,10 +11,13 @@ vendored root, whatever was imported first, and sets ``ISAACSIM_ASSET_ROOT`` for
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import urllib.error
 import urllib.request
 from urllib.parse import urlparse
+
+logger = logging.getLogger(__name__)
 
 OFFLINE_ASSET_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "offline_assets")
 OPT_IN_VARIABLE = "ISAACLAB_TORCHRL_OFFLINE_ASSETS"
@@ -119,3 +123,39 @@ def check_asset_server(env_cfg) -> None:
 
 if __name__ == "__main__":
     print(OFFLINE_ASSET_ROOT)
+
+
+def use_available_actuators(env_cfg) -> None:
+    """Swaps ANYmal's ANYdrive actuator network for its DC-motor model when the network file cannot be found.
+
+    The network lives on Isaac Lab's asset server; offline (e.g. with the vendored asset root) it is missing,
+    and the DC-motor model of the same drive (``ANYDRIVE_3_SIMPLE_ACTUATOR_CFG``) is the documented stand-in.
+    """
+    robot = getattr(getattr(env_cfg, "scene", None), "robot", None)
+    actuators = getattr(robot, "actuators", None)
+    if not isinstance(actuators, dict):
+        return
+    for name, actuator in actuators.items():
+        network_file = str(getattr(actuator, "network_file", "") or "")
+        if not network_file.endswith("anydrive_3_lstm_jit.pt") or _file_available(network_file):
+            continue
+        from isaaclab_assets.robots.anymal import ANYDRIVE_3_SIMPLE_ACTUATOR_CFG
+
+        logger.warning(
+            "Actuator network %s not found: actuator group %r uses the DC-motor model ANYDRIVE_3_SIMPLE_ACTUATOR_CFG.",
+            network_file,
+            name,
+        )
+        actuators[name] = ANYDRIVE_3_SIMPLE_ACTUATOR_CFG.replace(joint_names_expr=actuator.joint_names_expr)
+
+
+def _file_available(path: str) -> bool:
+    """Whether an asset file exists, locally or on Isaac Lab's asset server."""
+    if os.path.isfile(path):
+        return True
+    from isaaclab.utils.assets import check_file_path
+
+    try:
+        return bool(check_file_path(path))
+    except ImportError:  # no client for remote assets (omni.client), as in a kitless pip install
+        return False
