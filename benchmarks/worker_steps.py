@@ -11,9 +11,10 @@ step of:
 * ``wrapper``: the same through this project's torchrl env (observation groups, final observations, episode logs);
   both timed in alternating blocks from the same simulation state, after a warm-up of each;
 * ``inference``: the collection policy alone on one step's observations (a CUDA graph when the config says so);
-* ``collector``: torchrl's single-process collector with the runner's settings (``compact_obs``, ``no_cuda_sync``
-  on a GPU, the storing device, graphed inference), one rollout of ``num_steps_per_env`` steps at a time: the
-  worker's loop without the hand-over to the learner; ``bookkeeping`` is what it adds to wrapper + inference;
+* ``collector``: the worker's collector (torchrl's, as the runner subclasses it) with the runner's settings
+  (``compact_obs``, ``no_cuda_sync`` on a GPU, the storing device, graphed inference), one rollout of
+  ``num_steps_per_env`` steps at a time: the worker's loop without the hand-over to the learner; ``bookkeeping`` is
+  what it adds to wrapper + inference;
 * ``storage``: copying one rollout to the host (what ``storing_device=cpu`` adds per step, in bulk).
 """
 
@@ -26,7 +27,6 @@ import time
 
 import torch
 from tensordict.nn import CudaGraphModule
-from torchrl.collectors import Collector
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
@@ -34,6 +34,7 @@ from isaaclab_torchrl import training
 from isaaclab_torchrl.cli import make_train_parser, parse_args
 from isaaclab_torchrl.interfaces import read_env_interface
 from isaaclab_torchrl.models import CollectionPolicyFactory
+from isaaclab_torchrl.runners.collection import AsyncCompactCollector, CompactCollector
 
 ALTERNATIONS = 5
 """Blocks of raw and of wrapped steps, alternating."""
@@ -97,7 +98,8 @@ def main(argv: list[str]) -> int:
         results["inference"] = per_step_ms(lambda: run(observation.clone()), args.steps, synchronize)
 
     rollout_steps = agent_cfg.num_steps_per_env
-    collector = Collector(
+    collector_class = CompactCollector if agent_cfg.collector.sync else AsyncCompactCollector
+    collector = collector_class(
         env,
         policy,
         frames_per_batch=env_cfg.scene.num_envs * rollout_steps,

@@ -4,19 +4,17 @@ collector subprocess, and the torchrl wrapper the runner trains on."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from typing import Any
 
 import torch
 from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
 from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import expand_as_right
 from torchrl.data import Composite, Unbounded
 from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
 
 from .models import EnvInterface
-
-logger = logging.getLogger(__name__)
 
 FINAL_OBS_KEY = "final_obs"
 """Sub-tensordict of ``"next"`` with the true next observation of the critic's input (see :class:`IsaacLabEnv`)."""
@@ -34,8 +32,9 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
       the spec of per-step outputs that are neither dropped by ``compact_obs`` nor carried to the next step
       by ``step_mdp``.
     * ``("next", "episode_log", <name>)`` carries Isaac Lab's ``extras["log"]`` terms (``Episode_Reward/*``,
-      ``Episode_Termination/*``, ``Curriculum/*``, ...) out of the worker: the value on the rows of the
-      environments that were reset at that step, NaN elsewhere, so a NaN-mean gives the per-episode mean.
+      ``Episode_Termination/*``, ``Curriculum/*``, ...) out of the worker: each step's value repeated for every
+      environment; it is fresh on the rows whose episode ended at that step (``done``), so the mean over those rows
+      gives the per-episode mean (NaN where the task did not log the term).
 
     Args:
         env: The Isaac Lab environment.
@@ -53,6 +52,11 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         """The groups whose true next observation each step keeps (the critic's; RND's novelty of the state reached);
         none for a distillation run, which has no critic."""
         self.random_episode_start = random_episode_start
+        self._finite_horizon = bool(getattr(self.unwrapped.cfg, "is_finite_horizon", False))
+        # torchrl's native auto-reset (the flag its own IsaacLabWrapper(native_autoreset=True) sets): a step's done
+        # environments are not reset again by a reset call, their next observations start the new episodes, and
+        # the transforms and the episode-start flag are reset from the done mask, without a host sync
+        self._torchrl_native_autoreset = True
         # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets) and
         # the observations' dtypes
         obs, _ = self.env.reset()
@@ -80,11 +84,32 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         self.observation_spec = spec
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        out = super()._step(tensordict)
+        """Steps Isaac Lab, which resets the environments that are done: the next observations are the new
+        episodes' first ones there (torchrl's native auto-reset carries them to the next step without a reset
+        call), and the true final observations of the groups the critic reads go under ``"final_obs"``."""
+        actions = tensordict.get("action")
+        if self._clip_actions is not None:
+            actions = torch.clamp(actions, -self._clip_actions, self._clip_actions)
+        obs, reward, terminated, truncated, extras = self.env.step(actions)
+        # Isaac Lab reuses these buffers from step to step, and torchrl keeps each step's until the rollout ends
+        reward = reward.reshape(*self.batch_size, 1).clone()
+        terminated = terminated.reshape(*self.batch_size, 1).clone()
+        truncated = truncated.reshape(*self.batch_size, 1).clone()
+        if self._finite_horizon:  # the time limit is terminal (Isaac Lab's rsl_rl wrapper does the same)
+            terminated |= truncated
+            truncated.zero_()
+        done = terminated | truncated
+        out = TensorDict(obs, batch_size=self.batch_size, device=self.device)
+        out.update({"reward": reward, "terminated": terminated, "truncated": truncated, "done": done})
         if self.next_obs_keys:
-            out[FINAL_OBS_KEY] = out.select(*self.next_obs_keys)
+            # Isaac Lab refreshes extras["final_obs"] on the steps with resets, so it is read where done only
+            final_obs = extras.get("final_obs", obs)
+            out[FINAL_OBS_KEY] = {
+                key: torch.where(expand_as_right(done.squeeze(-1), obs[key]), final_obs[key], obs[key])
+                for key in self.next_obs_keys
+            }
         if self.log_names:
-            out[EPISODE_LOG_KEY] = self._episode_log(out["done"])
+            out[EPISODE_LOG_KEY] = self._episode_log()
         return out
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
@@ -96,51 +121,39 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
             lengths[:] = torch.randint_like(lengths, high=int(self.unwrapped.max_episode_length))
         return out
 
-    def _episode_log(self, done: torch.Tensor) -> TensorDict:
-        # extras["log"] is refreshed on the steps with resets and stale otherwise; masking by done keeps only
-        # fresh values, without a host sync to ask whether any environment was reset
+    def _episode_log(self) -> TensorDict:
+        # extras["log"] is refreshed on the steps with resets and stale otherwise; each term's value is repeated for
+        # every environment (views, no copy) and masked by done where it is read, so that no host sync asks whether
+        # any environment was reset
         log = self.unwrapped.extras.get("log", {})
-        values = {}
-        for name in self.log_names:
-            value = torch.as_tensor(log.get(name, torch.nan), dtype=torch.float32, device=self.device)
-            values[name] = torch.where(done, value.reshape(()), torch.nan)
-        return TensorDict(values, batch_size=self.batch_size)
-
-
-def use_available_actuators(env_cfg) -> None:
-    """Swaps ANYmal's ANYdrive actuator network for its DC-motor model when the network file cannot be found.
-
-    The network lives on Isaac Lab's asset server; offline (e.g. with the vendored asset root) it is missing,
-    and the DC-motor model of the same drive (``ANYDRIVE_3_SIMPLE_ACTUATOR_CFG``) is the documented stand-in.
-    """
-    robot = getattr(getattr(env_cfg, "scene", None), "robot", None)
-    actuators = getattr(robot, "actuators", None)
-    if not isinstance(actuators, dict):
-        return
-    for name, actuator in actuators.items():
-        network_file = str(getattr(actuator, "network_file", "") or "")
-        if not network_file.endswith("anydrive_3_lstm_jit.pt") or _file_available(network_file):
-            continue
-        from isaaclab_assets.robots.anymal import ANYDRIVE_3_SIMPLE_ACTUATOR_CFG
-
-        logger.warning(
-            "Actuator network %s not found: actuator group %r uses the DC-motor model ANYDRIVE_3_SIMPLE_ACTUATOR_CFG.",
-            network_file,
-            name,
+        values = torch.stack(
+            [
+                torch.as_tensor(log.get(name, torch.nan), dtype=torch.float32, device=self.device)
+                for name in self.log_names
+            ]
+        ).reshape(1, -1)
+        shape = (*self.batch_size, 1)
+        return TensorDict(
+            {name: values[:, index].expand(shape) for index, name in enumerate(self.log_names)},
+            batch_size=self.batch_size,
         )
-        actuators[name] = ANYDRIVE_3_SIMPLE_ACTUATOR_CFG.replace(joint_names_expr=actuator.joint_names_expr)
 
 
-def _file_available(path: str) -> bool:
-    """Whether an asset file exists, locally or on Isaac Lab's asset server."""
-    if os.path.isfile(path):
-        return True
-    from isaaclab.utils.assets import check_file_path
+class AutoResetEnv(TransformedEnv):
+    """The transformed env of :class:`IsaacLabEnv`, whose episode-start flag follows ``done``.
 
-    try:
-        return bool(check_file_path(path))
-    except ImportError:  # no client for remote assets (omni.client), as in a kitless pip install
-        return False
+    Proposed upstream change (torchrl 0.14.1, ``EnvBase._step_and_maybe_reset`` with native auto-reset): the flag
+    ``is_init`` is written once per done key, ``done``, ``terminated`` and ``truncated`` in turn, so an env with all
+    three ends with ``is_init = truncated``: the first step of an episode after a termination is not marked (the
+    recurrent states are zeroed all the same, from the reset mask), and the update would run a recurrent layer across
+    the two episodes. It should be written from the union of the done keys, the mask the reset uses.
+    """
+
+    def _step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        tensordict, tensordict_ = super()._step_and_maybe_reset(tensordict)
+        if "is_init" in tensordict_.keys():
+            tensordict_.set("is_init", tensordict.get(("next", "done")).clone())
+        return tensordict, tensordict_
 
 
 def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
@@ -241,7 +254,7 @@ class IsaacLabEnvFactory:
         self.interface_cache_file: str | None = None
         """Where :attr:`expected_interface` was remembered; removed if the environment disagrees."""
 
-    def __call__(self) -> TransformedEnv:
+    def __call__(self) -> AutoResetEnv:
         import gymnasium as gym
         import isaaclab_tasks  # noqa: F401  (registers the tasks in this process)
         from isaaclab.app import launch_simulation
@@ -276,7 +289,7 @@ class IsaacLabEnvFactory:
         )
         # the runtime closes when the environment is garbage-collected with it
         wrapped._simulation = simulation
-        env = TransformedEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
+        env = AutoResetEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
         actual = env_interface(env) if self.expected_interface is not None else None
         if actual is not None and actual != self.expected_interface:
             if self.interface_cache_file:

@@ -146,7 +146,7 @@ class Collection:
             cudagraph_policy=cfg.collector.cudagraph_policy,
             track_policy_version=True,
             auto_register_policy_transforms=True,
-            collector_class=CompactCollector,
+            collector_class=CompactCollector if sync else AsyncCompactCollector,
             init_fn=init_worker,
             post_collect_hook=self.rollout_hook(),
             # the rollout stays on the stream Isaac Lab steps on (torchrl's own streams do not wait for the
@@ -172,6 +172,20 @@ class CompactCollector(Collector):
         super()._maybe_make_final_rollout(make_rollout)
         if make_rollout and self._compact_next_keys:
             self._final_rollout = self._final_rollout.exclude(*self._compact_next_keys)
+
+
+class AsyncCompactCollector(CompactCollector):
+    """:class:`CompactCollector` without trajectory ids, for asynchronous collection.
+
+    Nothing reads the ids, and torchrl 0.14.1 numbers each new trajectory from a counter shared by the workers: on
+    every step with a finished episode, two host syncs (``any`` and ``sum`` of the done mask), a cross-process lock
+    and a copy to the device. torchrl's ``MultiSyncCollector`` counts a batch's frames by the ids (proposed upstream
+    change: by the batch's size), so synchronous workers keep them.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("track_traj_ids", False)
+        super().__init__(*args, **kwargs)
 
 
 class PublishRollout:

@@ -90,8 +90,10 @@ class Logger:
         self.episode_lengths.extend(lengths)
         terms = {}
         if EPISODE_LOG_KEY in batch["next"].keys():
+            # a term's value is fresh on the steps where episodes ended (see IsaacLabEnv)
+            done = batch["next", "done"]
             for name, value in batch["next", EPISODE_LOG_KEY].items(include_nested=True, leaves_only=True):
-                value = value[~value.isnan()]
+                value = value[done & ~value.isnan()]
                 if value.numel():
                     # rsl_rl's rule: a name with a "/" is a tag of its own, others go under Episode/
                     terms[name if "/" in name else f"Episode/{name}"] = float(value.mean())

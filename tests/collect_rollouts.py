@@ -1,0 +1,78 @@
+"""Collects rollouts of Cartpole-Direct on the CPU as a training worker does, with an MLP and then a recurrent
+policy from fixed seeds, and saves them: ``python tests/collect_rollouts.py OUT [--plain]``.
+
+With ``--plain`` the environment is Isaac Lab's own torchrl wrapper with this package's additions and torchrl's
+reset path (a reset call after every step with a finished episode, which Isaac Lab has already reset), and the
+collector keeps trajectory ids; without it, this package's :class:`~isaaclab_torchrl.envs.IsaacLabEnv` (torchrl's
+native auto-reset) and an asynchronous worker's collector. The two must collect the
+same batches (``tests/test_collection_paths.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
+
+import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
+from isaaclab_torchrl import envs, training
+from isaaclab_torchrl.cli import make_train_parser, parse_args
+from isaaclab_torchrl.models import CollectionPolicyFactory
+from isaaclab_torchrl.runners.collection import AsyncCompactCollector, CompactCollector
+
+NUM_ENVS, STEPS, ROLLOUTS = 16, 16, 4
+OVERRIDES = ["env.episode_length_s=0.5", "env.max_cart_pos=0.5"]
+"""Episodes of at most 30 steps, ended early when the cart leaves [-0.5, 0.5] m: the rollouts hold time-outs and
+terminations."""
+AGENTS = ("torchrl", "torchrl_lstm")
+
+
+class PlainIsaacLabEnv(envs.IsaacLabEnv):
+    """Isaac Lab's wrapper's step (the final observations written into the next observations) and torchrl's reset
+    path, with the same final observations and episode terms as :class:`~isaaclab_torchrl.envs.IsaacLabEnv`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        del self._torchrl_native_autoreset
+
+    def _step(self, tensordict):
+        out = IsaacLabTorchRLWrapper._step(self, tensordict)
+        out[envs.FINAL_OBS_KEY] = out.select(*self.next_obs_keys)
+        out[envs.EPISODE_LOG_KEY] = self._episode_log()
+        return out
+
+
+def collect(agent: str, plain: bool) -> dict:
+    argv = ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", str(NUM_ENVS), "--device", "cpu"]
+    args, hydra_args = parse_args(make_train_parser(), [*argv, "--viz", "none", "physics=newton_mjwarp", *OVERRIDES])
+    run = training.TrainingRun(args, *training.resolve_configs(args, hydra_args))
+    run.agent_cfg.num_steps_per_env = STEPS
+    (factory,) = training.make_workers(run)
+    env = factory()
+    torch.manual_seed(0)
+    policy = CollectionPolicyFactory(run.agent_cfg.policy, envs.env_interface(env), "cpu")()
+    collector_class = CompactCollector if plain else AsyncCompactCollector
+    collector = collector_class(
+        env,
+        policy,
+        frames_per_batch=NUM_ENVS * STEPS,
+        total_frames=NUM_ENVS * STEPS * ROLLOUTS,
+        device="cpu",
+        compact_obs=True,
+        auto_register_policy_transforms=True,
+    )
+    batches = [batch.clone().to_dict() for batch in collector]
+    collector.shutdown()
+    env.close()
+    return {"batches": batches, "policy_out_keys": [str(key) for key in policy.out_keys]}
+
+
+def main(out: str, plain: bool) -> None:
+    if plain:
+        envs.IsaacLabEnv = PlainIsaacLabEnv  # what the factory builds in this process
+    torch.save({agent: collect(agent, plain) for agent in AGENTS}, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], "--plain" in sys.argv[2:])

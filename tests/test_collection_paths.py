@@ -1,0 +1,87 @@
+"""The worker's collection path (Isaac Lab's reset inside its step, taken over by torchrl's native auto-reset, no
+trajectory ids) collects the same batches as the plain path (Isaac Lab's torchrl wrapper and torchrl's reset call
+after each step with a finished episode), from the same seeds, for an MLP and a recurrent policy, on the CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from helpers import REPO, script_env
+
+COLLECT = os.path.join(REPO, "tests", "collect_rollouts.py")
+
+
+@pytest.fixture(scope="module")
+def rollouts(tmp_path_factory) -> dict[str, dict]:
+    folder = tmp_path_factory.mktemp("rollouts")
+    paths = {}
+    for path in ("ours", "plain"):
+        paths[path] = str(folder / f"{path}.pt")
+        flags = ["--plain"] if path == "plain" else []
+        process = subprocess.run(
+            [sys.executable, COLLECT, paths[path], *flags],
+            cwd=folder,
+            env=script_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert process.returncode == 0, process.stderr[-6000:]
+    return {path: torch.load(file, weights_only=False) for path, file in paths.items()}
+
+
+def _leaves(batch: dict) -> dict:
+    td = TensorDict(batch)
+    return {key: td.get(key) for key in td.keys(include_nested=True, leaves_only=True)}
+
+
+@pytest.mark.parametrize("agent", ["torchrl", "torchrl_lstm"])
+def test_the_collection_path_collects_the_plain_paths_batches(rollouts, agent):
+    ours, plain = rollouts["ours"][agent]["batches"], rollouts["plain"][agent]["batches"]
+    assert len(ours) == len(plain) == 4
+    ended = {"terminated": 0, "truncated": 0}
+    for index, (our_batch, plain_batch) in enumerate(zip(ours, plain, strict=True)):
+        our_leaves, plain_leaves = _leaves(our_batch), _leaves(plain_batch)
+        assert plain_leaves.pop(("collector", "traj_ids")) is not None
+        assert our_leaves.keys() == plain_leaves.keys()
+        for key, value in our_leaves.items():
+            torch.testing.assert_close(value, plain_leaves[key], rtol=0, atol=0, equal_nan=True, msg=f"{index} {key}")
+        for kind in ended:
+            ended[kind] += int(our_leaves["next", kind].sum())
+        # a new episode starts where the last one ended: marked, its recurrent state zero
+        is_init = our_leaves["is_init"][:, 1:]
+        assert torch.equal(is_init, our_leaves["next", "done"][:, :-1])
+        for key in ("actor_rnn_h", "critic_rnn_c"):
+            if key in our_leaves:
+                assert not our_leaves[key][:, 1:][is_init.squeeze(-1)].any()
+    # the rollouts hold both kinds of episode ends
+    assert ended["terminated"] > 0 and ended["truncated"] > 0, ended
+    assert ("actor_rnn_h" in our_leaves) == (agent == "torchrl_lstm")
+
+
+@pytest.mark.fast
+def test_an_episode_term_is_averaged_over_the_steps_where_episodes_ended():
+    # a term's value is repeated for every environment at each step, fresh only where an episode ended
+    from isaaclab_torchrl.runners.logger import Logger
+
+    done = torch.tensor([[False, True, False], [False, False, True]]).unsqueeze(-1)
+    values = torch.tensor([5.0, 7.0, 9.0]).expand(2, 3).unsqueeze(-1)
+    batch = TensorDict(
+        {
+            "episode_reward": torch.zeros(2, 3, 1),
+            "step_count": torch.zeros(2, 3, 1, dtype=torch.int64),
+            "next": {
+                "done": done,
+                "reward": torch.ones(2, 3, 1),
+                "episode_log": {"Episode_Reward/alive": values, "untracked": torch.full((2, 3, 1), torch.nan)},
+            },
+        },
+        batch_size=(2, 3),
+    )
+    assert Logger(None).add_batch(batch) == {"Episode_Reward/alive": 8.0}
