@@ -16,6 +16,9 @@ step of:
   ``num_steps_per_env`` steps at a time: the worker's loop without the hand-over to the learner; ``bookkeeping`` is
   what it adds to wrapper + inference;
 * ``storage``: copying one rollout to the host (what ``storing_device=cpu`` adds per step, in bulk).
+
+It simulates in its own process, which imports Isaac Lab before it could apply ``ISAACLAB_TORCHRL_OFFLINE_ASSETS=1``:
+offline, set ``ISAACSIM_ASSET_ROOT`` to the vendored root (``source/isaaclab_torchrl/offline_assets``) instead.
 """
 
 from __future__ import annotations
