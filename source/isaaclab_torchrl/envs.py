@@ -54,8 +54,8 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         self.random_episode_start = random_episode_start
         self._finite_horizon = bool(getattr(self.unwrapped.cfg, "is_finite_horizon", False))
         # torchrl's native auto-reset (the flag its own IsaacLabWrapper(native_autoreset=True) sets): a step's done
-        # environments are not reset again by a reset call, their next observations start the new episodes, and
-        # the transforms and the episode-start flag are reset from the done mask, without a host sync
+        # environments are not reset again by a reset call (nor its host syncs), their next observations start the
+        # new episodes, and the transforms and the episode-start flag are reset from the done mask
         self._torchrl_native_autoreset = True
         # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets) and
         # the observations' dtypes
