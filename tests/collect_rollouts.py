@@ -36,6 +36,8 @@ class PlainIsaacLabEnv(envs.IsaacLabEnv):
         super().__init__(*args, **kwargs)
         del self._torchrl_native_autoreset
 
+    _terminal_observations = IsaacLabTorchRLWrapper._terminal_observations
+
     def _step(self, tensordict):
         out = IsaacLabTorchRLWrapper._step(self, tensordict)
         out[envs.FINAL_OBS_KEY] = out.select(*self.next_obs_keys)

@@ -52,7 +52,6 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         """The groups whose true next observation each step keeps (the critic's; RND's novelty of the state reached);
         none for a distillation run, which has no critic."""
         self.random_episode_start = random_episode_start
-        self._finite_horizon = bool(getattr(self.unwrapped.cfg, "is_finite_horizon", False))
         # torchrl's native auto-reset (the flag its own IsaacLabWrapper(native_autoreset=True) sets): a step's done
         # environments are not reset again by a reset call (nor its host syncs), their next observations start the
         # new episodes, and the transforms and the episode-start flag are reset from the done mask
@@ -84,33 +83,25 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         self.observation_spec = spec
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Steps Isaac Lab, which resets the environments that are done: the next observations are the new
-        episodes' first ones there (torchrl's native auto-reset carries them to the next step without a reset
-        call), and the true final observations of the groups the critic reads go under ``"final_obs"``."""
-        actions = tensordict.get("action")
-        if self._clip_actions is not None:
-            actions = torch.clamp(actions, -self._clip_actions, self._clip_actions)
-        obs, reward, terminated, truncated, extras = self.env.step(actions)
-        # Isaac Lab reuses these buffers from step to step, and torchrl keeps each step's until the rollout ends
-        reward = reward.reshape(*self.batch_size, 1).clone()
-        terminated = terminated.reshape(*self.batch_size, 1).clone()
-        truncated = truncated.reshape(*self.batch_size, 1).clone()
-        if self._finite_horizon:  # the time limit is terminal (Isaac Lab's rsl_rl wrapper does the same)
-            terminated |= truncated
-            truncated.zero_()
-        done = terminated | truncated
-        out = TensorDict(obs, batch_size=self.batch_size, device=self.device)
-        out.update({"reward": reward, "terminated": terminated, "truncated": truncated, "done": done})
-        if self.next_obs_keys:
-            # Isaac Lab refreshes extras["final_obs"] on the steps with resets, so it is read where done only
-            final_obs = extras.get("final_obs", obs)
-            out[FINAL_OBS_KEY] = {
-                key: torch.where(expand_as_right(done.squeeze(-1), obs[key]), final_obs[key], obs[key])
-                for key in self.next_obs_keys
-            }
+        out = super()._step(tensordict)
         if self.log_names:
             out[EPISODE_LOG_KEY] = self._episode_log()
         return out
+
+    def _terminal_observations(self, obs: TensorDict, extras: dict, done: torch.Tensor) -> TensorDict:
+        """Isaac Lab resets the environments that are done inside its step: the next observations stay the new
+        episodes' first ones there (torchrl's native auto-reset carries them to the next step without a reset call),
+        and the true final observations of the groups the critic reads go under ``"final_obs"`` (Isaac Lab's wrapper
+        writes them into the next observations instead)."""
+        if self.next_obs_keys:
+            # Isaac Lab refreshes extras["final_obs"] on the steps with resets, so it is read where done only
+            final_obs = extras.get("final_obs", obs)
+            done = done.reshape(self.batch_size)
+            obs[FINAL_OBS_KEY] = {
+                key: torch.where(expand_as_right(done, obs[key]), final_obs[key], obs[key])
+                for key in self.next_obs_keys
+            }
+        return obs
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         out = super()._reset(tensordict, **kwargs)
