@@ -1,4 +1,4 @@
-"""The fork server's last preloaded module (:data:`isaaclab_torchrl.workers.WORKER_MODULES`), imported there only.
+"""The fork server's first preloaded module (:data:`isaaclab_torchrl.workers.WORKER_MODULES`), imported there only.
 
 It has the kernel kill the server the moment the main process ends, whatever ended it; the workers forked from the
 server die with it (:func:`~isaaclab_torchrl.runners.safety.init_worker`). Left to itself the server would wait

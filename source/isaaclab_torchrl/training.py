@@ -1,33 +1,50 @@
-"""A training run from the command line to its runner: the steps ``scripts/train.py`` takes, in order.
+"""A training run from the command line to its exit code: the steps ``scripts/train.py`` takes, in order.
 
 :func:`prepare` does everything that can fail on bad input before any simulator starts (configs resolved and
 validated once, the checkpoint to continue from, the run folder, the process group under torchrun);
-:func:`start` builds the workers' factories, learns the network sizes and builds the runner. The benchmarks
-use the same two steps.
+:func:`start` builds the workers' factories, learns the network sizes and builds the runner; :func:`train` runs it
+and turns how it ended into the exit code. The benchmarks use the first two steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import copy
 import dataclasses
+import gc
 import inspect
 import os
+import sys
 
 import torch
+import yaml
 from isaaclab.utils.io import dump_yaml
 from isaaclab_rl.entrypoints.common import apply_video_recording, pre_launch_video_config
 
 from .agents.torchrl_cfg import TorchRLDistillationRunnerCfg, TorchRLRunnerCfg
 from .agents.validation import ConfigError, check_teacher_checkpoint, validate_agent_cfg
-from .cli import UsageError, apply_train_args, check_isaaclab_args, checkpoint_path, launcher_args, resolve_task
+from .cli import (
+    UsageError,
+    apply_train_args,
+    check_isaaclab_args,
+    checkpoint_path,
+    launcher_args,
+    make_train_parser,
+    parse_args,
+    resolve_task,
+)
 from .envs import IsaacLabEnvFactory, env_obs_groups, make_env_factories
 from .interfaces import read_env_interface
 from .models import EnvInterface
 from .runners import TorchRLRunner, load_checkpoint
 from .runners.code_state import store_code_state
+from .runners.compilation import compile_cache_dir
 from .runners.distillation import teacher_only
-from .runners.distributed import DistributedContext, init_distributed
+from .runners.distributed import DistributedContext, init_distributed, parameter_checksum
+from .runners.on_policy_runner import TrackerStartError
+from .runners.safety import NonFiniteError, WorkerFailure
 from .runs import RunFolderError, create_run_dir, experiment_root, new_run_dir, resumed_run_dir
 from .symmetry import SymmetryError
 
@@ -238,4 +255,83 @@ def start(run: TrainingRun) -> TorchRLRunner:
     return runner
 
 
-__all__ = ["ConfigError", "TrainingRun", "UsageError", "make_workers", "prepare", "resolve_configs", "start"]
+def error(message: str) -> None:
+    print(f"[torchrl] error: {message}", file=sys.stderr)
+
+
+def train(run: TrainingRun) -> int:
+    """Starts the runner, trains, and reports how training ended as the exit code."""
+    print(f"[torchrl] {speed_summary(run.agent_cfg)}", flush=True)
+    try:
+        runner = start(run)
+    except UsageError as exc:  # the checkpoint does not fit this task and agent
+        error(str(exc))
+        if run.new_folder:  # the (still empty) run folder made for a checkpoint from elsewhere, and its parents
+            with contextlib.suppress(OSError):
+                os.removedirs(run.log_dir)
+        return 2
+    context, log_dir = run.distributed, run.log_dir
+    try:
+        stopped_by = runner.learn()
+    except KeyboardInterrupt:
+        print(f"[torchrl] Training aborted. Logs and checkpoints so far: {log_dir}", file=sys.stderr)
+        return 130
+    except TrackerStartError as exc:
+        error(str(exc))
+        return 2
+    except (WorkerFailure, NonFiniteError) as exc:
+        rank = "" if context is None else f"rank {context.rank} stopped: "  # which rank says it, under torchrun
+        error(f"{rank}{exc}\n[torchrl] Logs and checkpoints: {log_dir}")
+        return 1
+    except Exception as exc:
+        if context is None:
+            raise
+        # another rank failed: its collective operations end with an error here
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        error(f"rank {context.rank} stopped: {type(exc).__name__}: {message}")
+        return 1
+    if context is not None:
+        checksum = parameter_checksum(runner.learner.actor) + parameter_checksum(runner.learner.critic)
+        print(f"[torchrl] rank {context.rank} of {context.world_size}: parameter checksum {checksum:.12e}", flush=True)
+        torch.distributed.destroy_process_group()
+    if stopped_by is not None:
+        print(
+            f"[torchrl] Stopped by {stopped_by.name} at iteration {runner.iteration}. Logs and checkpoints: {log_dir}"
+        )
+        return 128 + stopped_by.value
+    if log_dir is not None:
+        print(f"[torchrl] Logs and checkpoints: {log_dir}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """``scripts/train.py``'s command line to its exit code: 0 done, 2 bad input (one line), 1 a failed worker or
+    update, 130 interrupted, 128 + N stopped by signal N."""
+    # the interpreter's exit then skips collecting what dies with it (2 s after a short CPU run; the run's files are
+    # closed before that)
+    atexit.register(gc.freeze)
+    # the compiled update's graphs and kernels persist in the user's cache folder: a second run compiles faster
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = compile_cache_dir()
+    args, hydra_args = parse_args(make_train_parser(), argv)
+    try:
+        run = prepare(args, hydra_args)
+    except (UsageError, ConfigError) as exc:
+        error(str(exc))
+        return 2
+    if args.print_config:
+        print(yaml.safe_dump(run.agent_cfg.to_dict(), sort_keys=False), end="")
+        return 0
+    return train(run)
+
+
+__all__ = [
+    "ConfigError",
+    "TrainingRun",
+    "UsageError",
+    "main",
+    "make_workers",
+    "prepare",
+    "resolve_configs",
+    "start",
+    "train",
+]

@@ -3,8 +3,9 @@
 A collector worker (and the probe that reads a task's sizes) is a fresh interpreter: under Python's ``spawn`` it
 imports torch, torchrl, Isaac Lab, its task configs and its physics backend (seconds) before it builds its
 simulation, and only after the main process has resolved the configs. :func:`start_worker_server` starts
-Python's ``forkserver`` at the beginning of ``scripts/train.py``, told to import those modules at once: it imports
-them while the main process resolves the configs, and every worker is then forked from it with them imported.
+Python's ``forkserver``, told to import those modules at once; ``scripts/train.py`` starts it before it imports the
+learner, so the server imports the workers' modules while the main process imports its own and resolves the
+configs, and every worker is then forked from it with them imported.
 
 The server is a fresh interpreter as well (not a fork of the main process), and importing these modules
 initialises neither CUDA nor Warp, so the workers start with no device state, as under ``spawn``. The kernel ends
@@ -20,16 +21,20 @@ import signal
 import sys
 
 WORKER_MODULES = (
-    "__main__",  # the training script's own imports: torch, tensordict, torchrl, Isaac Lab and its task configs
-    "isaaclab_torchrl.envs",
-    "torchrl.collectors",
-    "isaaclab.envs",
-    "isaaclab_newton.physics",  # the kitless physics backend a worker's simulation starts
-    "newton",
+    "isaaclab_torchrl.fork_server",  # first: the server ends with the main process from then on
+    "isaaclab_torchrl.envs",  # the env factory, and with the package torch, Isaac Lab and its task configs
+    "isaaclab_torchrl.interfaces",  # the probe that reads a task's sizes
+    "isaaclab_torchrl.runners.collection",  # the collector classes, and with them torchrl's collectors
+    "newton",  # the kitless physics backend a worker's simulation starts
     "mujoco_warp",
-    "isaaclab_torchrl.fork_server",  # last: the server ends with the main process
+    "pandas",  # tensordict imports it the first time it builds a TensorDict from a dict
 )
-"""What the server imports before it forks a worker; a module that does not import is skipped."""
+"""What the server imports before it forks a worker. Not Isaac Lab's simulation modules: importing them initialises
+Warp (``isaaclab.utils.warp`` calls ``wp.init()``), and a process forked after CUDA was initialised cannot use it.
+Nor Python's own ``"__main__"`` entry: Python 3.12 ignores it (CPython gh-126631, fixed in 3.13), so each worker
+imported the training script again after the fork; the script now imports only what the server already has. A
+module that fails to import is skipped by Python silently: ``tests/test_workers.py`` checks that a worker starts
+with every one of them, and with neither Warp nor CUDA initialised."""
 
 
 def start_worker_server(modules: tuple[str, ...] = WORKER_MODULES) -> None:
