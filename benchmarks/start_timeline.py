@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import re
 import subprocess
@@ -23,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from throughput import ALL_RUNS, ZERO_ACTION_RUNS, run_environment, training_command
+from throughput import ALL_RUNS, ZERO_ACTION_RUNS, run_environment, run_rounds, training_command
 
 SAMPLER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "start_sampler")
 LINE_MARKS = {
@@ -120,16 +119,7 @@ def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     out_dir = tempfile.mkdtemp(prefix="start_timeline_")
-    results = []
-    for round_index in range(args.repeat):
-        for name in args.runs.split(","):
-            result = run_once(name, args, out_dir)
-            result["round"] = round_index
-            results.append(result)
-            print(json.dumps(result), flush=True)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"args": vars(args), "results": results}, out, indent=1)
+    run_rounds(args, run_once, out_dir)
     if not args.keep:
         subprocess.run(["rm", "-rf", out_dir], check=False)
     return 0

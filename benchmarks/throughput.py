@@ -344,12 +344,10 @@ def print_table(results: list[dict]) -> None:
         print("| " + " | ".join(cells) + " |")
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    if args.zero_action is not None:
-        print("RESULT " + json.dumps(zero_action_rate(args)), flush=True)
-        return 0
-    out_dir = tempfile.mkdtemp(prefix="throughput_")  # the runs' working folders (logs, checkpoints)
+def run_rounds(args: argparse.Namespace, run_once, out_dir: str) -> list[dict]:
+    """``run_once(name, args, out_dir)`` for each of ``args.runs``, ``args.repeat`` rounds alternating (A B C A B C),
+    each result printed and, with ``args.json``, all saved after every run, so that an interrupted benchmark keeps
+    what it measured."""
     results = []
     for round_index in range(args.repeat):
         for name in args.runs.split(","):
@@ -357,9 +355,19 @@ def main(argv: list[str]) -> int:
             result["round"] = round_index
             results.append(result)
             print(json.dumps(result), flush=True)
-            if args.json:  # after every run, so that an interrupted benchmark keeps what it measured
+            if args.json:
                 with open(args.json, "w") as file:
                     json.dump({"args": vars(args), "results": results}, file, indent=2)
+    return results
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.zero_action is not None:
+        print("RESULT " + json.dumps(zero_action_rate(args)), flush=True)
+        return 0
+    out_dir = tempfile.mkdtemp(prefix="throughput_")  # the runs' working folders (logs, checkpoints)
+    results = run_rounds(args, run_once, out_dir)
     print(f"\n{args.task}, {args.num_envs} envs, {args.device}, {args.iterations} iterations, {args.repeat} round(s)")
     print_table(results)
     return 0 if all("error" not in r and r["returncode"] == 0 for r in results) else 1
