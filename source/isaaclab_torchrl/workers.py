@@ -39,8 +39,9 @@ with every one of them, and with neither Warp nor CUDA initialised."""
 
 def start_worker_server(modules: tuple[str, ...] = WORKER_MODULES) -> None:
     """Makes ``forkserver`` the start method of the workers and starts the server, which imports ``modules`` while
-    the caller goes on (call it first thing in a script; the script is imported by the server as ``__main__`` is
-    by a spawned worker, so it must do its work under ``if __name__ == "__main__"``)."""
+    the caller goes on (call it before the script imports what the workers do not need; each worker imports the
+    script again, as a spawned worker would, so the script must do its work under ``if __name__ == "__main__"`` and
+    should import little at its top)."""
     multiprocessing.set_start_method("forkserver", force=True)
     multiprocessing.set_forkserver_preload(list(modules))
     multiprocessing.forkserver.ensure_running()
