@@ -26,7 +26,7 @@ from throughput import ALL_RUNS, ZERO_ACTION_RUNS, run_environment, run_rounds, 
 
 SAMPLER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "start_sampler")
 LINE_MARKS = {
-    # phase: the start of the text of the first output line that marks it
+    # phase: texts of the first output line that marks it
     "configs_s": ("[torchrl] update:",),
     "sizes_s": ("[torchrl] environment:",),
     "env_build_start_s": ("[INFO]: Base environment:",),
@@ -64,7 +64,7 @@ def phases(lines: list[tuple[float, str]], sample_dir: str) -> dict:
     found = {}
     for when, text in lines:
         for phase, prefixes in LINE_MARKS.items():
-            if phase not in found and any(text.startswith(prefix) or prefix in text for prefix in prefixes):
+            if phase not in found and any(prefix in text for prefix in prefixes):
                 found[phase] = round(when, 2)
         match = FIRST_ITERATION.search(text)
         if match and "first_collect_s" not in found:
