@@ -20,7 +20,12 @@ $(VENV)/.installed: setup.py config/extension.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[test]"
+	@# Several GB come from PyPI (torch's CUDA libraries): resume an interrupted download, and try the whole
+	@# install up to three times before failing.
+	for attempt in 1 2 3; do \
+		$(VENV)/bin/python -m pip install -q --resume-retries 30 -e ".[test]" && break; \
+		test $$attempt -lt 3 || exit 1; echo "pip install failed (attempt $$attempt of 3): trying again"; \
+	done
 	touch $@
 
 train: venv
