@@ -20,10 +20,10 @@ $(VENV)/.installed: setup.py config/extension.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.12 not found: set PYTHON=/path/to/python3.12"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	@# Several GB come from PyPI (torch's CUDA libraries): resume an interrupted download, and try the whole
-	@# install up to three times before failing.
+	@# Several GB come from PyPI (torch's CUDA libraries): keep no second copy of them in pip's cache (a full
+	@# disk shows as interrupted downloads), resume an interrupted download, and try the install three times.
 	for attempt in 1 2 3; do \
-		$(VENV)/bin/python -m pip install -q --resume-retries 30 -e ".[test]" && break; \
+		$(VENV)/bin/python -m pip install -q --no-cache-dir --resume-retries 30 -e ".[test]" && break; \
 		test $$attempt -lt 3 || exit 1; echo "pip install failed (attempt $$attempt of 3): trying again"; \
 	done
 	touch $@
