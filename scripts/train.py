@@ -5,26 +5,35 @@
 
 Isaac Lab runs only inside the collector subprocesses; this process resolves the configs and learns
 (:func:`isaaclab_torchrl.training.main`). It first starts the process the workers are forked from, then imports the
-learner: the two import torch, torchrl and Isaac Lab side by side (``docs/architecture.md``).
+package and the learner: the two import torch, torchrl and Isaac Lab side by side (``docs/architecture.md``).
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.forkserver
 import sys
 
-from isaaclab_torchrl.offline_assets import export_offline_root
-from isaaclab_torchrl.workers import start_worker_server
+WORKER_SERVER_MODULE = "isaaclab_torchrl.fork_server"
+"""What the workers' server imports before it forks one: the package and every module a worker imports."""
 
 NO_TRAINING = {"--print_config", "-h", "--help"}
 """Arguments with which the script trains nothing, so starts no worker server."""
 
 
+def start_worker_server() -> None:
+    """Makes Python's ``forkserver`` the workers' start method and starts the server, which imports
+    :data:`WORKER_SERVER_MODULE` while this process goes on (``isaaclab_torchrl.workers``). Each worker imports this
+    script again, as a spawned worker would: it imports nothing at its top but the standard library."""
+    multiprocessing.set_start_method("forkserver", force=True)
+    multiprocessing.set_forkserver_preload([WORKER_SERVER_MODULE])
+    multiprocessing.forkserver.ensure_running()
+
+
 def main(argv: list[str]) -> int:
     if not NO_TRAINING & set(argv):
-        # the server starts with this process's environment as it is now, the offline asset root included
-        export_offline_root()
         start_worker_server()
-    from isaaclab_torchrl import training  # the learner's imports, while the server imports the workers'
+    from isaaclab_torchrl import training  # the package and the learner, while the server imports the workers'
 
     return training.main(argv)
 

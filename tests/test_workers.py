@@ -1,5 +1,6 @@
-"""The process the collector workers are forked from: the training script starts it before it imports the learner,
-and a worker forked from it starts with the server's imports done and with no device state."""
+"""The process the collector workers are forked from: the training script starts it before it imports the package,
+and a worker forked from it starts with the server's imports done, with no device state, and with Isaac Lab's asset
+paths built from the offline root when the documented switch asks for it."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ import os
 import subprocess
 import sys
 
-from helpers import REPO, script_env
+import pytest
+
+from helpers import OFFLINE_ASSET_ROOT, REPO, script_env
 
 
-def test_the_training_script_imports_no_learner_before_it_starts_the_worker_server():
-    # what the script imports at its top, before main() starts the server: the package and its two start helpers
+def test_the_training_script_imports_nothing_of_the_package_before_it_starts_the_worker_server():
+    # what the script imports at its top, before main() starts the server: the standard library alone, so the server
+    # starts at once and imports torch, Isaac Lab and the rest while the script imports them too
     code = (
         "import runpy, sys; runpy.run_path(sys.argv[1], run_name='imported');"
-        "print(sorted(m for m in ('torchrl', 'tensordict', 'isaaclab_torchrl.training') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'isaaclab', 'isaaclab_torchrl', 'tensordict') if m in sys.modules))"
     )
     script = os.path.join(REPO, "scripts", "train.py")
     result = subprocess.run(
@@ -25,14 +29,16 @@ def test_the_training_script_imports_no_learner_before_it_starts_the_worker_serv
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_a_worker_starts_with_the_servers_imports_and_without_warp_or_cuda():
+@pytest.mark.parametrize("offline_switch", [False, True], ids=["asset_root", "offline_switch"])
+def test_a_worker_starts_with_the_servers_imports_and_without_warp_or_cuda(offline_switch):
     result = subprocess.run(
         [sys.executable, os.path.join(REPO, "tests", "worker_start.py")],
-        env=script_env(),
+        env=script_env(offline_switch=offline_switch),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads(result.stdout.strip().splitlines()[-1])
-    assert state == {"missing": [], "warp": False, "cuda": False}
+    # with the switch alone, the server's import of the package set the root before it imported Isaac Lab
+    assert state == {"missing": [], "warp": False, "cuda": False, "asset_root": OFFLINE_ASSET_ROOT}

@@ -1,26 +1,33 @@
-"""Starts the workers' fork server as ``scripts/train.py`` does and forks one process from it, which prints as JSON
-which of the server's modules it lacks and whether Warp or CUDA is initialised in it (``tests/test_workers.py``)."""
+"""Starts the workers' fork server with ``scripts/train.py``'s own function and forks one process from it, which
+prints as JSON which of the server's modules it lacks, whether Warp or CUDA is initialised in it, and the asset root
+Isaac Lab resolved when the server imported it (``tests/test_workers.py``)."""
 
 from __future__ import annotations
 
 import json
+import os
+import runpy
 import sys
 
 
 def report(queue) -> None:
     import torch
+    from isaaclab.utils import assets
     from warp._src import context
 
     from isaaclab_torchrl.workers import WORKER_MODULES
 
-    missing = [module for module in WORKER_MODULES if module not in sys.modules]
-    queue.put({"missing": missing, "warp": context.runtime is not None, "cuda": torch.cuda.is_initialized()})
+    expected = ["isaaclab_torchrl", "isaaclab_torchrl.fork_server", *WORKER_MODULES]
+    missing = [module for module in expected if module not in sys.modules]
+    warp, cuda = context.runtime is not None, torch.cuda.is_initialized()
+    queue.put({"missing": missing, "warp": warp, "cuda": cuda, "asset_root": assets.NUCLEUS_ASSET_ROOT_DIR})
 
 
 if __name__ == "__main__":
-    from isaaclab_torchrl.workers import start_worker_server, worker_context
+    script = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "scripts", "train.py"), run_name="imported")
+    script["start_worker_server"]()
+    from isaaclab_torchrl.workers import worker_context
 
-    start_worker_server()
     context = worker_context()
     queue = context.Queue()
     process = context.Process(target=report, args=(queue,))

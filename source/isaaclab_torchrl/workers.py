@@ -2,10 +2,10 @@
 
 A collector worker (and the probe that reads a task's sizes) is a fresh interpreter: under Python's ``spawn`` it
 imports torch, torchrl, Isaac Lab, its task configs and its physics backend (seconds) before it builds its
-simulation, and only after the main process has resolved the configs. :func:`start_worker_server` starts
-Python's ``forkserver``, told to import those modules at once; ``scripts/train.py`` starts it before it imports the
-learner, so the server imports the workers' modules while the main process imports its own and resolves the
-configs, and every worker is then forked from it with them imported.
+simulation, and only after the main process has resolved the configs. ``scripts/train.py`` first starts Python's
+``forkserver``, told to import :mod:`isaaclab_torchrl.fork_server` (the package, then :data:`WORKER_MODULES`), and
+only then imports the package and the learner itself: the two processes import side by side, and every worker is
+then forked from the server with its modules imported.
 
 The server is a fresh interpreter as well (not a fork of the main process), and importing these modules
 initialises neither CUDA nor Warp, so the workers start with no device state, as under ``spawn``. The kernel ends
@@ -16,39 +16,28 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
-import multiprocessing.forkserver
 import signal
 import sys
 
 WORKER_MODULES = (
-    "isaaclab_torchrl.fork_server",  # first: the server ends with the main process from then on
-    "isaaclab_torchrl.envs",  # the env factory, and with the package torch, Isaac Lab and its task configs
+    "isaaclab_torchrl.envs",  # the env factory
     "isaaclab_torchrl.interfaces",  # the probe that reads a task's sizes
     "isaaclab_torchrl.runners.collection",  # the collector classes, and with them torchrl's collectors
     "newton",  # the kitless physics backend a worker's simulation starts
     "mujoco_warp",
     "pandas",  # tensordict imports it the first time it builds a TensorDict from a dict
 )
-"""What the server imports before it forks a worker. Not Isaac Lab's simulation modules: importing them initialises
-Warp (``isaaclab.utils.warp`` calls ``wp.init()``), and a process forked after CUDA was initialised cannot use it.
-Nor Python's own ``"__main__"`` entry: Python 3.12 ignores it (CPython gh-126631, fixed in 3.13), so each worker
-imported the training script again after the fork; the script now imports only what the server already has. A
-module that fails to import is skipped by Python silently: ``tests/test_workers.py`` checks that a worker starts
-with every one of them, and with neither Warp nor CUDA initialised."""
-
-
-def start_worker_server(modules: tuple[str, ...] = WORKER_MODULES) -> None:
-    """Makes ``forkserver`` the start method of the workers and starts the server, which imports ``modules`` while
-    the caller goes on (call it before the script imports what the workers do not need; each worker imports the
-    script again, as a spawned worker would, so the script must do its work under ``if __name__ == "__main__"`` and
-    should import little at its top)."""
-    multiprocessing.set_start_method("forkserver", force=True)
-    multiprocessing.set_forkserver_preload(list(modules))
-    multiprocessing.forkserver.ensure_running()
+"""What the fork server imports after the package (:mod:`isaaclab_torchrl.fork_server`). Not Isaac Lab's
+simulation modules: importing them initialises Warp (``isaaclab.utils.warp`` calls ``wp.init()``), and a process
+forked after CUDA was initialised cannot use it. Nor Python's own ``"__main__"`` entry: Python 3.12 ignores it
+(CPython gh-126631, fixed in 3.13), so each worker imports the training script again after the fork; the script
+imports nothing at its top but the standard library. A preloaded module that fails to import is skipped by Python
+silently: ``tests/test_workers.py`` checks that a worker starts with every one of them, and with neither Warp nor
+CUDA initialised."""
 
 
 def worker_context():
-    """The multiprocessing context workers start with: the server's when :func:`start_worker_server` made it the
+    """The multiprocessing context workers start with: the server's when ``scripts/train.py`` made it the
     default, else ``spawn`` (never ``fork``: the main process may hold CUDA state and threads)."""
     method = multiprocessing.get_start_method(allow_none=True)
     return multiprocessing.get_context("forkserver" if method == "forkserver" else "spawn")
