@@ -1,11 +1,12 @@
 """Collects rollouts of Cartpole-Direct on the CPU as a training worker does, with an MLP and then a recurrent
-policy from fixed seeds, and saves them: ``python tests/collect_rollouts.py OUT [--plain]``.
+policy from fixed seeds, and saves them: ``python tests/collect_rollouts.py OUT [--plain | --graphed]``.
 
 With ``--plain`` the environment is Isaac Lab's own torchrl wrapper with this package's additions and torchrl's
 reset path (a reset call after every step with a finished episode, which Isaac Lab has already reset), and the
 collector keeps trajectory ids; without it, this package's :class:`~isaaclab_torchrl.envs.IsaacLabEnv` (torchrl's
 native auto-reset) and an asynchronous worker's collector. The two must collect the
-same batches (``tests/test_collection_paths.py``).
+same batches (``tests/test_collection_paths.py``). With ``--graphed`` the asynchronous worker's collector runs the
+policy as ``agent.collector.cudagraph_policy`` does (on the CPU tensordict's ``CudaGraphModule`` calls it eagerly).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class PlainIsaacLabEnv(envs.IsaacLabEnv):
         return out
 
 
-def collect(agent: str, plain: bool) -> dict:
+def collect(agent: str, plain: bool, graphed: bool) -> dict:
     argv = ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", str(NUM_ENVS), "--device", "cpu"]
     args, hydra_args = parse_args(make_train_parser(), [*argv, "--viz", "none", "physics=newton_mjwarp", *OVERRIDES])
     run = training.TrainingRun(args, *training.resolve_configs(args, hydra_args))
@@ -63,18 +64,27 @@ def collect(agent: str, plain: bool) -> dict:
         device="cpu",
         compact_obs=True,
         auto_register_policy_transforms=True,
+        cudagraph_policy=graphed,
     )
     batches = [batch.clone().to_dict() for batch in collector]
+    # torchrl marks a step of inductor's CUDA graph trees before each call of a policy it graphs itself
+    graph_trees = "torch._inductor.cudagraph_trees" in sys.modules
+    runs = type(collector._wrapped_policy).__name__
     collector.shutdown()
     env.close()
-    return {"batches": batches, "policy_out_keys": [str(key) for key in policy.out_keys]}
+    return {
+        "batches": batches,
+        "policy_out_keys": [str(key) for key in policy.out_keys],
+        "inductor_graph_trees": graph_trees,
+        "runs": runs,
+    }
 
 
-def main(out: str, plain: bool) -> None:
+def main(out: str, plain: bool, graphed: bool) -> None:
     if plain:
         envs.IsaacLabEnv = PlainIsaacLabEnv  # what the factory builds in this process
-    torch.save({agent: collect(agent, plain) for agent in AGENTS}, out)
+    torch.save({agent: collect(agent, plain, graphed) for agent in AGENTS}, out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--plain" in sys.argv[2:])
+    main(sys.argv[1], "--plain" in sys.argv[2:], "--graphed" in sys.argv[2:])

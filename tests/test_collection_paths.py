@@ -1,6 +1,8 @@
 """The worker's collection path (Isaac Lab's reset inside its step, taken over by torchrl's native auto-reset, no
 trajectory ids) collects the same batches as the plain path (Isaac Lab's torchrl wrapper and torchrl's reset call
-after each step with a finished episode), from the same seeds, for an MLP and a recurrent policy, on the CPU."""
+after each step with a finished episode), from the same seeds, for an MLP and a recurrent policy, on the CPU; and so
+does it with the policy graphed as ``agent.collector.cudagraph_policy`` graphs it (eager on the CPU), without
+importing inductor's CUDA graph trees."""
 
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ COLLECT = os.path.join(REPO, "tests", "collect_rollouts.py")
 def rollouts(tmp_path_factory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("rollouts")
     paths = {}
-    for path in ("ours", "plain"):
+    for path in ("ours", "plain", "graphed"):
         paths[path] = str(folder / f"{path}.pt")
-        flags = ["--plain"] if path == "plain" else []
+        flags = {"ours": [], "plain": ["--plain"], "graphed": ["--graphed"]}[path]
         process = subprocess.run(
             [sys.executable, COLLECT, paths[path], *flags],
             cwd=folder,
@@ -63,6 +65,18 @@ def test_the_collection_path_collects_the_plain_paths_batches(rollouts, agent):
     # the rollouts hold both kinds of episode ends
     assert ended["terminated"] > 0 and ended["truncated"] > 0, ended
     assert ("actor_rnn_h" in our_leaves) == (agent == "torchrl_lstm")
+
+
+@pytest.mark.parametrize("agent", ["torchrl", "torchrl_lstm"])
+def test_the_graphed_policy_collects_the_same_batches_without_inductors_graph_trees(rollouts, agent):
+    graphed, ours = rollouts["graphed"][agent], rollouts["ours"][agent]
+    assert graphed["runs"] == "CudaGraphModule" and ours["runs"] != "CudaGraphModule"
+    assert not graphed["inductor_graph_trees"]
+    for our_batch, graphed_batch in zip(ours["batches"], graphed["batches"], strict=True):
+        our_leaves, graphed_leaves = _leaves(our_batch), _leaves(graphed_batch)
+        assert our_leaves.keys() == graphed_leaves.keys()
+        for key, value in our_leaves.items():
+            torch.testing.assert_close(value, graphed_leaves[key], rtol=0, atol=0, equal_nan=True, msg=str(key))
 
 
 @pytest.mark.fast

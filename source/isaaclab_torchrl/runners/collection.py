@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import CudaGraphModule
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
@@ -158,15 +159,41 @@ class Collection:
 
 class CompactCollector(Collector):
     """torchrl's collector in each worker, whose rollout buffer leaves out every ``("next", ...)`` key that
-    ``compact_obs`` drops, the recurrent state's included.
+    ``compact_obs`` drops, the recurrent state's included, and whose graphed policy imports no inductor.
 
-    Proposed upstream change (torchrl 0.14.1, ``Collector._maybe_make_final_rollout``): the buffer is built from the
-    env's keys without the compact ones, and the policy's output keys are added to it afterwards; a recurrent
-    policy's next state (``("next", "actor_rnn_h")``, ...) is one of them, so the buffer holds it although no step
-    writes it (every step's data drops it): zeros carried to the learner. Dropping the compact keys once the buffer is
-    complete takes them out: for ANYmal-D's LSTM 256 (actor and critic) 4,096 of 10,879 bytes per env step
-    (``docs/benchmarks.md``).
+    Proposed upstream changes (torchrl 0.14.1):
+
+    * ``Collector._maybe_make_final_rollout``: the buffer is built from the env's keys without the compact ones, and
+      the policy's output keys are added to it afterwards; a recurrent policy's next state
+      (``("next", "actor_rnn_h")``, ...) is one of them, so the buffer holds it although no step writes it (every
+      step's data drops it): zeros carried to the learner. Dropping the compact keys once the buffer is complete
+      takes them out: for ANYmal-D's LSTM 256 (actor and critic) 4,096 of 10,879 bytes per env step
+      (``docs/benchmarks.md``).
+    * ``cudagraph_policy``: before every call of the graphed policy the collector calls
+      ``torch.compiler.cudagraph_mark_step_begin()``, which marks a step of inductor's CUDA graph trees (for a
+      compiled policy) and imports inductor the first time (~2.5 s of each worker's start on the H200); tensordict's
+      ``CudaGraphModule`` does not use those trees. Here the collector wraps the policy in the same
+      ``CudaGraphModule`` itself and does not mark steps. The module replays into a fresh clone, as torchrl clones
+      a graphed policy's outputs (:class:`~isaaclab_torchrl.models.CollectionPolicy` returns a new tensordict).
     """
+
+    def _read_compile_kwargs(self, compile_policy, cudagraph_policy) -> None:
+        super()._read_compile_kwargs(compile_policy, cudagraph_policy)
+        self._graph_kwargs = self.cudagraphed_policy_kwargs if self.cudagraphed_policy else None
+        self.cudagraphed_policy = False
+
+    @property
+    def _wrapped_policy(self):
+        if self._wrapped_policy_maybe_compiled is None and self._graph_kwargs is not None:
+            policy, kwargs = self._wrapped_policy_uncompiled, self._graph_kwargs
+            self._wrapped_policy_maybe_compiled = CudaGraphModule(
+                policy, in_keys=[], out_keys=[], device=self.policy_device, **kwargs
+            )
+        return Collector._wrapped_policy.fget(self)
+
+    @_wrapped_policy.setter
+    def _wrapped_policy(self, value) -> None:
+        Collector._wrapped_policy.fset(self, value)
 
     def _maybe_make_final_rollout(self, make_rollout: bool) -> None:
         super()._maybe_make_final_rollout(make_rollout)
