@@ -2,14 +2,15 @@
 
 The changes to torchrl's :class:`~torchrl.objectives.ClipPPOLoss` that the update needs, each a proposed upstream
 change: the value clip a Python number (``torch.compile`` then traces the loss in one graph; a tensor coefficient
-breaks it at every ``if self.clip_value:``), and the Gaussian KL written out (torch.distributions' lookup of the
-formula breaks the graph too).
+breaks it at every ``if self.clip_value:``), the Gaussian KL written out (torch.distributions' lookup of the formula
+breaks the graph too), and no statistics that nothing reads (an option to leave out the logged ones; the measured
+cost is in ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.objectives import ClipPPOLoss
 
 from ..symmetry import Mirror
@@ -54,10 +55,30 @@ class ClipPPOLossWithKL(ClipPPOLoss):
         return log_weight, dist, self._originals(kl.sum(-1, keepdim=True)), log_is_weight
 
     def _get_entropy(self, dist, adv_shape: torch.Size):
-        return self._originals(super()._get_entropy(dist, adv_shape))
+        # the actor's Gaussian has its entropy in closed form: torchrl's check that it is finite (a host sync per
+        # minibatch) and, while compiling, the Monte Carlo estimate it draws beside it (a sample and its
+        # log-probability per minibatch, used only where the closed form is not finite) are left out
+        return self._originals(dist.entropy().unsqueeze(-1))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        losses = super().forward(tensordict)
+        # torchrl's ClipPPOLoss.forward less what nothing reads: the effective sample size, the clip fraction and the
+        # ratios' mean and maximum, logged by torchrl's trainers (a third of the operators of a CPU minibatch's losses)
+        tensordict = tensordict.clone(False)  # the networks write into it; every epoch reads the same minibatch
+        advantage = tensordict.get(self.tensor_keys.advantage)
+        # no importance weight of torchrl's (its delayed actor and ratio cap are off): the lag correction weights
+        # the advantages itself (PPO.update)
+        log_weight, dist, kl, _ = self._log_weight(tensordict, adv_shape=advantage.shape[:-1])
+        clipped = log_weight.clamp(*self._clip_bounds)
+        gain = torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
+        entropy = self._get_entropy(dist, advantage.shape[:-1])
+        loss_critic, _, _ = self.loss_critic(tensordict)
+        losses = TensorDict(
+            loss_objective=self._reduce_loss(-gain, tensordict).squeeze(-1),
+            loss_critic=self._reduce_loss(loss_critic, tensordict).squeeze(-1),
+            loss_entropy=self._reduce_loss(self._weighted_loss_entropy(entropy), tensordict).squeeze(-1),
+            entropy=entropy.detach().mean(),
+            kl_approx=kl.detach().mean(),
+        )
         if self.mirror is not None:
             obs = tensordict.select(*self.actor_network.in_keys)
             losses["loss_symmetry"] = self.mirror.mirror_loss(self.actor_network, obs, augmented=self.copies > 1)
