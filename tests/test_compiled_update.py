@@ -5,7 +5,11 @@ losses twice in every new process), and updates as the plain PyTorch PPO does.""
 
 import pytest
 import torch
-from test_learner import (
+from test_symmetry import _learner as symmetric_learner
+
+from isaaclab_torchrl.runners import PPO
+from isaaclab_torchrl.runners.compilation import COMPILE_SETTINGS
+from ppo_reference import (
     INTERFACE,
     ONE_STEP,
     _assert_update_equals,
@@ -15,10 +19,6 @@ from test_learner import (
     _reference_update,
     _update,
 )
-from test_symmetry import _learner as symmetric_learner
-
-from isaaclab_torchrl.runners import PPO
-from isaaclab_torchrl.runners.compilation import COMPILE_SETTINGS
 
 pytestmark = pytest.mark.fast
 
@@ -77,7 +77,7 @@ def test_a_new_process_takes_the_compiled_recurrent_update_from_the_caches(tmp_p
     code = (
         "import torch\n"
         "from torch._dynamo.utils import counters\n"
-        "from test_learner import INTERFACE, ONE_STEP, _batch, _cfg\n"
+        "from ppo_reference import INTERFACE, ONE_STEP, _batch, _cfg\n"
         "from isaaclab_torchrl.runners import PPO\n"
         "cfg = _cfg('lstm', **ONE_STEP)\n"
         "cfg.compile, cfg.policy.recurrent_backend = True, 'fused'\n"

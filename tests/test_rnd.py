@@ -9,11 +9,11 @@ import os
 import pytest
 import torch
 from tensordict import TensorDict
-from test_learner import INTERFACE, ONE_STEP, SEED, _batch, _cfg, _update
 
 from isaaclab_torchrl.agents.torchrl_cfg import TorchRLRndCfg, TorchRLRndWeightScheduleCfg
 from isaaclab_torchrl.runners import PPO
 from isaaclab_torchrl.runners.rnd import RandomNetworkDistillation
+from ppo_reference import INTERFACE, ONE_STEP, SEED, _batch, _cfg, _update
 
 ENVS, STEPS, SIZE, STEP_DT = 5, 7, 3, 0.02
 SCHEDULES = {

@@ -7,7 +7,13 @@ loss between the actor's mean on mirrored observations and the mirrored mean, th
 import pytest
 import torch
 from tensordict import TensorDict
-from test_learner import (
+from torch import nn
+
+from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars, tasks_env
+from isaaclab_torchrl.agents.torchrl_cfg import TorchRLSymmetryCfg
+from isaaclab_torchrl.runners import PPO
+from isaaclab_torchrl.symmetry import SymmetryError, read_symmetry
+from ppo_reference import (
     CLIP,
     ENTROPY_COEF,
     GAMMA,
@@ -24,12 +30,6 @@ from test_learner import (
     _cfg,
     _update,
 )
-from torch import nn
-
-from helpers import CPU_ARGS, assert_ok, run_dirs, run_script, scalars, tasks_env
-from isaaclab_torchrl.agents.torchrl_cfg import TorchRLSymmetryCfg
-from isaaclab_torchrl.runners import PPO
-from isaaclab_torchrl.symmetry import SymmetryError, read_symmetry
 
 OBS_INDEX, OBS_SIGN = [2, 1, 0], [-1.0, 1.0, -1.0]
 ACTION_INDEX, ACTION_SIGN = [1, 0], [1.0, -1.0]
