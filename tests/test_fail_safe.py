@@ -106,9 +106,9 @@ def test_second_sigint_aborts_at_once(workdir):
     [
         # the signal may also meet the weight sync after a short update: either wait must end in the timeout error
         ("the collection", [], r"delivered no (batch|acknowledgement of the new weights) within 5 s"),
-        # a long update (200 epochs): the worker is stopped while the learner trains, and the weight sync that follows
-        # waits for its acknowledgement (torchrl's wait has no timeout of its own)
-        ("the update", ["agent.algorithm.num_learning_epochs=200"], "delivered no acknowledgement of the new weights"),
+        # a long update (1000 epochs, ~5 s on two cores; 200 took 0.95 s): the worker is stopped while the learner
+        # trains, and the weight sync that follows waits for its acknowledgement (torchrl's wait has no timeout)
+        ("the update", ["agent.algorithm.num_learning_epochs=1000"], "delivered no acknowledgement of the new weights"),
     ],
 )
 def test_hung_worker_is_a_timeout_error(workdir, stopped_during, overrides, message):
@@ -116,7 +116,7 @@ def test_hung_worker_is_a_timeout_error(workdir, stopped_during, overrides, mess
     training = Training(workdir, args)
     training.wait_for_iteration(2)
     if stopped_during == "the update":
-        time.sleep(1.0)  # past the next batch's collection (~0.2 s), well inside the update (several seconds)
+        time.sleep(1.0)  # past the next batch's collection (~0.2 s), well inside the update (~5 s)
     (worker,) = training.workers()
     worker.send_signal(signal.SIGSTOP)  # alive but silent
     returncode, seconds = training.wait(timeout=90)
