@@ -1,5 +1,5 @@
 """Collects rollouts of Cartpole-Direct on the CPU as a training worker does, with an MLP and then a recurrent
-policy from fixed seeds, and saves them: ``python tests/collect_rollouts.py OUT [--plain | --graphed]``.
+policy from fixed seeds, and saves them: ``python tests/collect_rollouts.py OUT [--plain | --graphed | --every-state]``.
 
 With ``--plain`` the environment is Isaac Lab's own torchrl wrapper with this package's additions and torchrl's
 reset path (a reset call after every step with a finished episode, which Isaac Lab has already reset), and the
@@ -7,6 +7,7 @@ collector keeps trajectory ids; without it, this package's :class:`~isaaclab_tor
 native auto-reset) and an asynchronous worker's collector. The two must collect the
 same batches (``tests/test_collection_paths.py``). With ``--graphed`` the asynchronous worker's collector runs the
 policy as ``agent.collector.cudagraph_policy`` does (on the CPU tensordict's ``CudaGraphModule`` calls it eagerly).
+With ``--every-state`` it stores the recurrent state of every step, not the one each rollout starts from.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class PlainIsaacLabEnv(envs.IsaacLabEnv):
         return out
 
 
-def collect(agent: str, plain: bool, graphed: bool) -> dict:
+def collect(agent: str, plain: bool, graphed: bool, every_state: bool) -> dict:
     argv = ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", str(NUM_ENVS), "--device", "cpu"]
     args, hydra_args = parse_args(make_train_parser(), [*argv, "--viz", "none", "physics=newton_mjwarp", *OVERRIDES])
     run = training.TrainingRun(args, *training.resolve_configs(args, hydra_args))
@@ -65,6 +66,7 @@ def collect(agent: str, plain: bool, graphed: bool) -> dict:
         compact_obs=True,
         auto_register_policy_transforms=True,
         cudagraph_policy=graphed,
+        every_state=every_state,
     )
     batches = [batch.clone().to_dict() for batch in collector]
     # torchrl marks a step of inductor's CUDA graph trees before each call of a policy it graphs itself
@@ -80,11 +82,12 @@ def collect(agent: str, plain: bool, graphed: bool) -> dict:
     }
 
 
-def main(out: str, plain: bool, graphed: bool) -> None:
+def main(out: str, flags: list[str]) -> None:
+    plain, graphed, every_state = (flag in flags for flag in ("--plain", "--graphed", "--every-state"))
     if plain:
         envs.IsaacLabEnv = PlainIsaacLabEnv  # what the factory builds in this process
-    torch.save({agent: collect(agent, plain, graphed) for agent in AGENTS}, out)
+    torch.save({agent: collect(agent, plain, graphed, every_state) for agent in AGENTS}, out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--plain" in sys.argv[2:], "--graphed" in sys.argv[2:])
+    main(sys.argv[1], sys.argv[2:])

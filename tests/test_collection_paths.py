@@ -2,7 +2,8 @@
 trajectory ids) collects the same batches as the plain path (Isaac Lab's torchrl wrapper and torchrl's reset call
 after each step with a finished episode), from the same seeds, for an MLP and a recurrent policy, on the CPU; and so
 does it with the policy graphed as ``agent.collector.cudagraph_policy`` graphs it (eager on the CPU), without
-importing inductor's CUDA graph trees."""
+importing inductor's CUDA graph trees. A batch holds the recurrent state each rollout starts from, which is the state
+of the rollout's first step when every step's is stored."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from tensordict import TensorDict
 
 from helpers import REPO, script_env
+from isaaclab_torchrl.recurrent import ROLLOUT_START_KEY, first_states
 
 COLLECT = os.path.join(REPO, "tests", "collect_rollouts.py")
 
@@ -23,9 +25,9 @@ COLLECT = os.path.join(REPO, "tests", "collect_rollouts.py")
 def rollouts(tmp_path_factory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("rollouts")
     paths = {}
-    for path in ("ours", "plain", "graphed"):
+    for path in ("ours", "plain", "graphed", "every"):
         paths[path] = str(folder / f"{path}.pt")
-        flags = {"ours": [], "plain": ["--plain"], "graphed": ["--graphed"]}[path]
+        flags = {"ours": [], "plain": ["--plain"], "graphed": ["--graphed"], "every": ["--every-state"]}[path]
         process = subprocess.run(
             [sys.executable, COLLECT, paths[path], *flags],
             cwd=folder,
@@ -56,15 +58,33 @@ def test_the_collection_path_collects_the_plain_paths_batches(rollouts, agent):
             torch.testing.assert_close(value, plain_leaves[key], rtol=0, atol=0, equal_nan=True, msg=f"{index} {key}")
         for kind in ended:
             ended[kind] += int(our_leaves["next", kind].sum())
-        # a new episode starts where the last one ended: marked, its recurrent state zero
-        is_init = our_leaves["is_init"][:, 1:]
-        assert torch.equal(is_init, our_leaves["next", "done"][:, :-1])
-        for key in ("actor_rnn_h", "critic_rnn_c"):
-            if key in our_leaves:
-                assert not our_leaves[key][:, 1:][is_init.squeeze(-1)].any()
+        # a new episode starts where the last one ended
+        assert torch.equal(our_leaves["is_init"][:, 1:], our_leaves["next", "done"][:, :-1])
     # the rollouts hold both kinds of episode ends
     assert ended["terminated"] > 0 and ended["truncated"] > 0, ended
-    assert ("actor_rnn_h" in our_leaves) == (agent == "torchrl_lstm")
+    assert ((ROLLOUT_START_KEY, "actor_rnn_h") in our_leaves) == (agent == "torchrl_lstm")
+
+
+def test_a_batch_holds_the_recurrent_state_its_rollout_starts_from(rollouts):
+    ours, every = rollouts["ours"]["torchrl_lstm"]["batches"], rollouts["every"]["torchrl_lstm"]["batches"]
+    keys = ["actor_rnn_h", "actor_rnn_c", "critic_rnn_h", "critic_rnn_c"]
+    for index, (our_batch, every_batch) in enumerate(zip(ours, every, strict=True)):
+        our_leaves, every_leaves = _leaves(our_batch), _leaves(every_batch)
+        states = {key: every_leaves.pop(key) for key in keys}
+        folded = {key: our_leaves.pop((ROLLOUT_START_KEY, key)) for key in keys}
+        assert our_leaves.keys() == every_leaves.keys()
+        for key, value in our_leaves.items():
+            torch.testing.assert_close(value, every_leaves[key], rtol=0, atol=0, equal_nan=True, msg=f"{index} {key}")
+        # 4 states of 1 x 32 in 16 steps: 2 values per step
+        assert all(value.shape == (16, 16, 2) for value in folded.values())
+        batch = TensorDict({ROLLOUT_START_KEY: folded}, [16, 16])
+        first = first_states(batch, dict.fromkeys(keys, torch.Size([1, 32])))
+        for key in keys:
+            assert torch.equal(first[key], states[key][:, :1].expand_as(states[key])), f"{index} {key}"
+            assert states[key].abs().sum() > 0
+        # a new episode's stored state is zero
+        is_init = every_leaves["is_init"].squeeze(-1)
+        assert is_init[:, 1:].any() and not any(states[key][is_init].any() for key in keys)
 
 
 @pytest.mark.parametrize("agent", ["torchrl", "torchrl_lstm"])

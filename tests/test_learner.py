@@ -20,6 +20,7 @@ from isaaclab_torchrl.runners import PPO
 from ppo_reference import (
     ACT,
     BACKENDS,
+    HIDDEN,
     INTERFACE,
     LR_MAX,
     OBS,
@@ -158,10 +159,13 @@ def test_lag_corrected_update_clips_against_the_proximal_policy_and_weights_adva
 @pytest.mark.parametrize("rnn_type", [None, "lstm"])
 def test_minibatches_are_steps_for_an_mlp_and_slices_for_a_recurrent_policy(rnn_type):
     """rsl_rl's two generators: an MLP's minibatches mix single steps of all slices; a recurrent policy's keep
-    whole slices (its state runs along them); every epoch covers the batch once."""
+    whole slices (its state runs along them), with the state stored at each slice's first step; every epoch covers
+    the batch once."""
     cfg = _cfg(rnn_type, epochs=1, minibatches=2, schedule="fixed")
     learner = PPO(cfg, INTERFACE, "cpu")
     batch = TensorDict({"index": torch.arange(N * T).view(N, T)}, batch_size=(N, T))
+    for key in learner.state_shapes:  # each step's state holds the step's index
+        batch[key] = batch["index"].float()[..., None, None].expand(N, T, 1, HIDDEN)
     torch.manual_seed(0)
     minibatches = list(learner._minibatches(batch))
     assert len(minibatches) == 2
@@ -175,3 +179,5 @@ def test_minibatches_are_steps_for_an_mlp_and_slices_for_a_recurrent_policy(rnn_
         assert all(minibatch.batch_size == (N // 2, T) for minibatch in minibatches)
         for minibatch in minibatches:
             assert torch.equal(minibatch["index"] % T, torch.arange(T).expand(N // 2, T)), "whole slices, in order"
+            first = minibatch["index"][:, :1].float()[..., None, None].expand(N // 2, T, 1, HIDDEN)
+            assert learner.state_shapes and all(torch.equal(minibatch[key], first) for key in learner.state_shapes)

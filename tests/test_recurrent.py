@@ -8,7 +8,18 @@ import torch
 from tensordict import TensorDict
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
-from isaaclab_torchrl.recurrent import FusedGRUModule, FusedLSTMModule, PaddedGRUModule, PaddedLSTMModule
+from isaaclab_torchrl.recurrent import (
+    ROLLOUT_START_KEY,
+    FusedGRUModule,
+    FusedLSTMModule,
+    PaddedGRUModule,
+    PaddedLSTMModule,
+    fold_states,
+)
+from isaaclab_torchrl.runners import PPO
+from ppo_reference import HIDDEN as STATE_SIZE
+from ppo_reference import INTERFACE, SEVERAL_STEPS, N, _batch, _cfg, _update
+from ppo_reference import T as STEPS
 
 pytestmark = pytest.mark.fast
 
@@ -90,3 +101,31 @@ def test_unpacked_pad_backend_gives_torchrls_features_and_gradients(rnn_type, nu
     actual, gradients = _outputs_and_gradients(padded, slices, [])
     for value, wanted in zip(actual + list(gradients), expected + list(expected_gradients), strict=True):
         torch.testing.assert_close(value, wanted, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["pad", "fused"])
+@pytest.mark.parametrize("lag_corrected", [False, True])
+def test_the_update_reads_the_state_stored_at_each_slices_first_step_only(backend, lag_corrected):
+    """The collectors store the state each rollout starts from, folded across its steps: the update (GAE, the lag
+    correction's pass, the epochs) from it equals the update from every step's state, and from every step's state
+    with those of the other steps replaced (at an episode start the state is zero, whatever is stored)."""
+    every = _batch("lstm")
+    keys = ["actor_rnn_h", "actor_rnn_c", "critic_rnn_h", "critic_rnn_c"]
+    replaced = every.clone()
+    for key in keys:
+        replaced[key][:, 1:] = 5.0 + torch.randn_like(replaced[key][:, 1:])
+    folded = every.exclude(*keys).set(ROLLOUT_START_KEY, fold_states(every[:, 0].select(*keys), STEPS))
+    assert folded[ROLLOUT_START_KEY, "actor_rnn_h"].shape == (N, STEPS, -(-STATE_SIZE // STEPS))
+    updates = []
+    for batch in (every, replaced, folded):
+        torch.manual_seed(0)
+        cfg = _cfg("lstm", **SEVERAL_STEPS)
+        cfg.policy.recurrent_backend = backend
+        learner = PPO(cfg, INTERFACE, "cpu", lag_corrected=lag_corrected)
+        stats = _update(learner, batch)
+        updates.append((stats, [parameter.detach().clone() for parameter in learner.loss.parameters()]))
+    (expected_stats, expected), *others = updates
+    for stats, parameters in others:
+        assert stats == expected_stats
+        for parameter, wanted in zip(parameters, expected, strict=True):
+            torch.testing.assert_close(parameter, wanted, rtol=0, atol=0)

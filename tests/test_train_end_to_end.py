@@ -48,13 +48,17 @@ def test_lstm_two_collectors_writes_logs_params_and_checkpoints(workdir):
     assert run_dir.endswith("_e2e")
     assert run_dir in training.output, "the script says where logs and checkpoints went"
     assert "[torchrl] environment: actor observes policy (4), critic policy (4); 1 actions" in training.output
-    # the batch holds the recurrent states the steps started from, once: neither the networks' intermediates (the
-    # update recomputes them) nor the next states (the next step's root states; the buffer would keep them as zeros)
+    # the batch holds the recurrent states the rollouts started from, folded across their 16 steps (2 values of the
+    # 32 per step): neither every step's state (the update reads a slice's first), nor the networks' intermediates
+    # (the update recomputes them), nor the next states (the next step's root states; the buffer kept them as zeros)
     (stored,) = [line for line in training.output.splitlines() if "batch bytes per env step:" in line]
-    keys = {entry.split()[0] for entry in stored.split(": ", 1)[1].split("; ")[0].split(", ")}
-    assert {"actor_rnn_h", "actor_rnn_c", "critic_rnn_h", "critic_rnn_c", "policy", "next/final_obs/policy"} <= keys
-    assert not {key for key in keys if key.endswith(("_rnn_features", "_obs_normalized"))}, stored
-    assert not {key for key in keys if key.startswith("next/") and "_rnn_" in key}, stored
+    entries = {entry.split()[0]: entry for entry in stored.split(": ", 1)[1].split("; ")[0].split(", ")}
+    states = [f"rollout_start/{role}_rnn_{state}" for role in ("actor", "critic") for state in "hc"]
+    assert {*states, "policy", "next/final_obs/policy"} <= entries.keys(), stored
+    assert all(entries[key] == f"{key} 8 (float32 2)" for key in states), stored
+    assert not {key for key in entries if key.endswith(("_rnn_h", "_rnn_c")) and "/" not in key}, stored
+    assert not {key for key in entries if key.endswith(("_rnn_features", "_obs_normalized"))}, stored
+    assert not {key for key in entries if key.startswith("next/") and "_rnn_" in key}, stored
 
     with open(os.path.join(run_dir, "params", "agent.yaml")) as file:
         agent = yaml.safe_load(file)

@@ -14,8 +14,10 @@ computes what torchrl's ``scan`` backend computes, with a backward pass written 
   one matrix product each over all steps after it; only the hidden state's own product stays in the loop;
 * the time loop is a plain Python loop over the slice's fixed number of steps, which ``torch.compile`` unrolls;
   compiled and graphed, it updates faster than torchrl's ``scan`` on a GPU (``docs/benchmarks.md``);
-* at an episode start the state entering the step is the one stored with the batch (zero after a reset), as in
-  torchrl's ``scan`` and ``pad`` backends; no gradient flows across it.
+* at an episode start the state entering the step is zero, as in the step-by-step path; no gradient flows across it.
+
+Every backend reads a slice's stored state at its first step only (:func:`first_states`): a batch stores the state
+each rollout starts from once, folded across the rollout's steps (:func:`fold_states`), not the state of every step.
 """
 
 from __future__ import annotations
@@ -23,23 +25,24 @@ from __future__ import annotations
 import inspect
 
 import torch
+from tensordict import TensorDictBase
 from torchrl.modules import GRUModule, LSTMModule
 
 
 class _LSTMLayer(torch.autograd.Function):
-    """One LSTM layer over ``T`` steps: ``x [T, B, I]``, states ``[B, H]``, stored states and starts ``[T, B, ...]``.
+    """One LSTM layer over ``T`` steps: ``x [T, B, I]``, initial states ``[B, H]``, episode starts ``[T, B, 1]``.
 
     Returns the hidden and the cell state of every step, ``[T, B, H]`` each.
     """
 
     @staticmethod
-    def forward(ctx, x, h, c, stored_h, stored_c, is_init, w_ih, w_hh, bias):
+    def forward(ctx, x, h, c, is_init, w_ih, w_hh, bias):
         steps, batch = x.shape[:2]
         gates_x = torch.addmm(bias, x.flatten(0, 1), w_ih.t()).view(steps, batch, -1)
         hs, cs, previous_hs, previous_cs, gates = [], [], [], [], []
         for t in range(steps):
-            h = torch.where(is_init[t], stored_h[t], h)
-            c = torch.where(is_init[t], stored_c[t], c)
+            h = torch.where(is_init[t], 0.0, h)
+            c = torch.where(is_init[t], 0.0, c)
             previous_hs.append(h)
             previous_cs.append(c)
             i, f, g, o = torch.addmm(gates_x[t], h, w_hh.t()).chunk(4, -1)
@@ -60,7 +63,7 @@ class _LSTMLayer(torch.autograd.Function):
         steps = x.shape[0]
         grad_h = torch.zeros_like(previous_hs[0])
         grad_c = torch.zeros_like(previous_cs[0])
-        grad_gates, grad_stored_h, grad_stored_c = [None] * steps, [None] * steps, [None] * steps
+        grad_gates = [None] * steps
         for t in reversed(range(steps)):
             i, f, g, o = gates[t].chunk(4, -1)
             tanh_c = cs[t].tanh()
@@ -77,9 +80,7 @@ class _LSTMLayer(torch.autograd.Function):
             )
             grad_h = grad_gates[t] @ w_hh
             grad_c = grad_c * f
-            # a step that starts an episode reads the stored state, not the previous step's
-            grad_stored_h[t] = torch.where(is_init[t], grad_h, 0.0)
-            grad_stored_c[t] = torch.where(is_init[t], grad_c, 0.0)
+            # a step that starts an episode starts from zero, not from the previous step's state
             grad_h = torch.where(is_init[t], 0.0, grad_h)
             grad_c = torch.where(is_init[t], 0.0, grad_c)
         grad_gates = torch.stack(grad_gates).flatten(0, 1)
@@ -87,20 +88,19 @@ class _LSTMLayer(torch.autograd.Function):
         grad_w_ih = grad_gates.t() @ x.flatten(0, 1)
         grad_w_hh = grad_gates.t() @ previous_hs.flatten(0, 1)
         grad_bias = grad_gates.sum(0)
-        grad_stored = (torch.stack(grad_stored_h), torch.stack(grad_stored_c))
-        return grad_x, grad_h, grad_c, *grad_stored, None, grad_w_ih, grad_w_hh, grad_bias
+        return grad_x, grad_h, grad_c, None, grad_w_ih, grad_w_hh, grad_bias
 
 
 class _GRULayer(torch.autograd.Function):
     """One GRU layer over ``T`` steps (torch's gate order: reset, update, new); returns the hidden states."""
 
     @staticmethod
-    def forward(ctx, x, h, stored_h, is_init, w_ih, w_hh, b_ih, b_hh):
+    def forward(ctx, x, h, is_init, w_ih, w_hh, b_ih, b_hh):
         steps, batch = x.shape[:2]
         gates_x = torch.addmm(b_ih, x.flatten(0, 1), w_ih.t()).view(steps, batch, -1)
         hs, previous_hs, saved = [], [], []
         for t in range(steps):
-            h = torch.where(is_init[t], stored_h[t], h)
+            h = torch.where(is_init[t], 0.0, h)
             previous_hs.append(h)
             x_r, x_z, x_n = gates_x[t].chunk(3, -1)
             h_r, h_z, h_n = torch.addmm(b_hh, h, w_hh.t()).chunk(3, -1)
@@ -119,7 +119,7 @@ class _GRULayer(torch.autograd.Function):
         x, previous_hs, saved, is_init, w_ih, w_hh = ctx.saved_tensors
         steps = x.shape[0]
         grad_h = torch.zeros_like(previous_hs[0])
-        grad_gates_x, grad_gates_h, grad_stored = [None] * steps, [None] * steps, [None] * steps
+        grad_gates_x, grad_gates_h = [None] * steps, [None] * steps
         for t in reversed(range(steps)):
             r, z, n, h_n = saved[t].chunk(4, -1)
             grad_h = grad_hs[t] + grad_h
@@ -129,7 +129,6 @@ class _GRULayer(torch.autograd.Function):
             grad_gates_x[t] = torch.cat((grad_r, grad_z, grad_n), -1)
             grad_gates_h[t] = torch.cat((grad_r, grad_z, grad_n * r), -1)
             grad_h = grad_h * z + grad_gates_h[t] @ w_hh
-            grad_stored[t] = torch.where(is_init[t], grad_h, 0.0)
             grad_h = torch.where(is_init[t], 0.0, grad_h)
         grad_gates_x = torch.stack(grad_gates_x).flatten(0, 1)
         grad_gates_h = torch.stack(grad_gates_h).flatten(0, 1)
@@ -139,7 +138,6 @@ class _GRULayer(torch.autograd.Function):
         return (
             grad_x,
             grad_h,
-            torch.stack(grad_stored),
             None,
             grad_w_ih,
             grad_w_hh,
@@ -160,6 +158,24 @@ def _layer_weights(rnn: torch.nn.RNNBase, layer: int, gates: int) -> tuple[torch
 def _check_supported(rnn: torch.nn.RNNBase) -> None:
     if rnn.dropout or rnn.bidirectional or getattr(rnn, "proj_size", 0):
         raise ValueError("the fused recurrent backend supports neither dropout, bidirectional layers nor projections")
+
+
+_gru_forward = inspect.unwrap(GRUModule.forward)
+
+
+def _from_first_states(forward, module, tensordict: TensorDictBase) -> TensorDictBase:
+    """Runs torchrl's ``pad`` ``forward`` in recurrent mode with the states of the slices' first steps only (see the
+    module's docstring): torchrl splits the slices at episode starts and starts each part from the state stored at
+    its first step, which is made zero at an episode start here."""
+    if not module.recurrent_mode:
+        return forward(tensordict)
+    starts = tensordict.clone(False)
+    is_init = starts.get("is_init").unsqueeze(-1)
+    for key in module.in_keys[1:-1]:
+        state = starts.get(key, None)
+        if state is not None:
+            starts.set(key, torch.where(is_init, 0.0, state))
+    return tensordict.update(forward(starts).select(*module.out_keys))
 
 
 def _end_mask(is_init: torch.Tensor) -> torch.Tensor:
@@ -183,7 +199,7 @@ class FusedLSTMModule(LSTMModule):
         self.recurrent_backend = "scan"
 
     def _lstm_scan_with_resets(self, input, hidden0_in, hidden1_in, initial_hidden, is_init):
-        # torchrl's layout: input [B, T, I], stored states [B, T, L, H], initial states [L, B, H], starts [B, T]
+        # torchrl's layout: input [B, T, I], initial states [L, B, H] (the first step's), starts [B, T]
         steps_first = is_init.transpose(0, 1).unsqueeze(-1)
         layer_input = input.transpose(0, 1)
         hs, cs = [], []
@@ -193,8 +209,6 @@ class FusedLSTMModule(LSTMModule):
                 layer_input,
                 initial_hidden[0][layer],
                 initial_hidden[1][layer],
-                hidden0_in[:, :, layer].transpose(0, 1),
-                hidden1_in[:, :, layer].transpose(0, 1),
                 steps_first,
                 w_ih,
                 w_hh,
@@ -220,7 +234,7 @@ class FusedGRUModule(GRUModule):
     # writes os.environ at every call, which breaks torch.compile's graph of the update in two (LSTMModule.forward
     # has no such decorator); `dispatch` (calls with keyword tensors) is not used here. Proposed upstream: drop the
     # decorator from GRUModule.forward.
-    forward = inspect.unwrap(GRUModule.forward)
+    forward = _gru_forward
 
     def _gru_scan_with_resets(self, input, hidden_in, initial_hidden, is_init):
         steps_first = is_init.transpose(0, 1).unsqueeze(-1)
@@ -230,7 +244,6 @@ class FusedGRUModule(GRUModule):
             layer_input = _GRULayer.apply(
                 layer_input,
                 initial_hidden[layer],
-                hidden_in[:, :, layer].transpose(0, 1),
                 steps_first,
                 *_layer_weights(self.gru, layer, 3),
             )
@@ -253,6 +266,9 @@ class PaddedLSTMModule(LSTMModule):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, recurrent_backend="pad", **kwargs)
 
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return _from_first_states(super().forward, self, tensordict)
+
     def _lstm(self, input, batch, steps, device, dtype, hidden0_in=None, hidden1_in=None, splits=None, **kwargs):
         return super()._lstm(input, batch, steps, device, dtype, hidden0_in, hidden1_in, None, **kwargs)
 
@@ -261,10 +277,62 @@ class PaddedGRUModule(GRUModule):
     """torchrl's :class:`~torchrl.modules.GRUModule` with its ``pad`` backend, padded trajectories not packed (see
     :class:`PaddedLSTMModule`), and its ``forward`` without decorators (see :class:`FusedGRUModule`)."""
 
-    forward = inspect.unwrap(GRUModule.forward)
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, recurrent_backend="pad", **kwargs)
 
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return _from_first_states(_gru_forward.__get__(self), self, tensordict)
+
     def _gru(self, input, batch, steps, device, dtype, hidden_in=None, splits=None, **kwargs):
         return super()._gru(input, batch, steps, device, dtype, hidden_in, None, **kwargs)
+
+
+ROLLOUT_START_KEY = "rollout_start"
+"""Where a batch stores the recurrent state each rollout starts from, folded across its steps (:func:`fold_states`)."""
+
+
+def fold_states(states: TensorDictBase, steps: int) -> TensorDictBase:
+    """Recurrent states ``[*B, ...]`` as ``[*B, steps, K]``: each flattened, zero-padded to ``steps * K`` values and
+    split across the steps, so that a batch of ``[*B, steps]`` holds them with ``K`` values per step."""
+
+    def fold(state: torch.Tensor) -> torch.Tensor:
+        flat = state.reshape(*states.batch_size, -1)
+        width = -(-flat.shape[-1] // steps)
+        return torch.nn.functional.pad(flat, (0, steps * width - flat.shape[-1])).view(*flat.shape[:-1], steps, width)
+
+    return states.apply(fold, batch_size=[*states.batch_size, steps])
+
+
+def first_states(batch: TensorDictBase, shapes: dict[str, torch.Size]) -> TensorDictBase:
+    """Sets each recurrent state of ``shapes`` in ``batch`` ``[..., steps]`` to the state its rollout started from
+    (:data:`ROLLOUT_START_KEY`), repeated at every step as a view (stride 0): what the recurrent mode reads of it."""
+    folded, lead, steps = batch.get(ROLLOUT_START_KEY), batch.shape[:-1], batch.shape[-1]
+    for key, shape in shapes.items():
+        state = folded.get(key).flatten(-2)[..., : shape.numel()].unflatten(-1, shape)
+        batch.set(key, state.unsqueeze(len(lead)).expand(*lead, steps, *shape))
+    return batch
+
+
+def state_shapes(*modules: torch.nn.Module) -> dict[str, torch.Size]:
+    """The recurrent state keys of the LSTM and GRU modules in ``modules``, and each state's shape per step."""
+    shapes = {}
+    for module in (child for parent in modules for child in parent.modules()):
+        if isinstance(module, LSTMModule):
+            rnn = module.lstm
+            shapes[module.in_keys[1]] = torch.Size([rnn.num_layers, rnn.proj_size or rnn.hidden_size])
+            shapes[module.in_keys[2]] = torch.Size([rnn.num_layers, rnn.hidden_size])
+        elif isinstance(module, GRUModule):
+            shapes[module.in_keys[1]] = torch.Size([module.gru.num_layers, module.gru.hidden_size])
+    return shapes
+
+
+def slices(batch: TensorDictBase, indices: torch.Tensor, shapes: dict[str, torch.Size]) -> TensorDictBase:
+    """``batch[indices]`` (trajectory slices ``[slice, step]``) whose recurrent states of ``shapes`` are the slices'
+    first ones repeated as views: indexing copies them once per slice, not once per step."""
+    if not shapes:
+        return batch[indices]
+    chosen = batch.exclude(*shapes)[indices]
+    for key in shapes:
+        first = batch.get(key)[:, 0][indices]
+        chosen.set(key, first.unsqueeze(1).expand(-1, batch.shape[1], *first.shape[1:]))
+    return chosen

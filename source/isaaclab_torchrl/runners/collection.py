@@ -4,6 +4,7 @@ manager that yields batches; a watchdog over the workers, the weight sync, and a
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator
 
@@ -15,6 +16,7 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import IsaacLabEnvFactory
+from ..recurrent import ROLLOUT_START_KEY, fold_states
 from .safety import CollectorWatchdog, WorkerFailure, init_worker
 
 
@@ -32,6 +34,8 @@ class Collection:
         env_factories: One factory per worker.
         policy: The learner's collection policy: its weights are the ones sent to the workers.
         policy_factory: What builds each worker's own copy of the policy (the learner's ``policy_factory``).
+        every_state: Store a recurrent policy's state at every step (a learner that reads them all); by default the
+            batches hold only the state each rollout starts from (see :class:`CompactCollector`).
 
     Raises (while iterating):
         WorkerFailure: a worker died, or no batch (or weight acknowledgement) came within the timeout.
@@ -43,8 +47,10 @@ class Collection:
         env_factories: list[IsaacLabEnvFactory],
         policy: torch.nn.Module,
         policy_factory: Callable[[], torch.nn.Module],
+        every_state: bool = False,
     ):
         self.cfg = cfg
+        self.every_state = every_state
         self.env_factories = env_factories
         self.policy = policy
         self.policy_factory = policy_factory
@@ -147,7 +153,9 @@ class Collection:
             cudagraph_policy=cfg.collector.cudagraph_policy,
             track_policy_version=True,
             auto_register_policy_transforms=True,
-            collector_class=CompactCollector if sync else AsyncCompactCollector,
+            collector_class=functools.partial(
+                CompactCollector if sync else AsyncCompactCollector, every_state=self.every_state
+            ),
             init_fn=init_worker,
             post_collect_hook=self.rollout_hook(),
             # the rollout stays on the stream Isaac Lab steps on (torchrl's own streams do not wait for the
@@ -159,7 +167,12 @@ class Collection:
 
 class CompactCollector(Collector):
     """torchrl's collector in each worker, whose rollout buffer leaves out every ``("next", ...)`` key that
-    ``compact_obs`` drops, the recurrent state's included, and whose graphed policy imports no inductor.
+    ``compact_obs`` drops, the recurrent state's included, stores a recurrent policy's state once per rollout, and
+    whose graphed policy imports no inductor.
+
+    Args:
+        every_state: Store the recurrent state of every step instead of the one each rollout starts from.
+        *args, **kwargs: torchrl's :class:`~torchrl.collectors.Collector`'s.
 
     Proposed upstream changes (torchrl 0.14.1):
 
@@ -169,6 +182,11 @@ class CompactCollector(Collector):
       step's data drops it): zeros carried to the learner. Dropping the compact keys once the buffer is complete
       takes them out: for ANYmal-D's LSTM 256 (actor and critic) 4,096 of 10,879 bytes per env step
       (``docs/benchmarks.md``).
+    * The recurrent state entering each step (``actor_rnn_h``, ...): training in recurrent mode reads it at a
+      trajectory slice's first step only (at an episode start the state is zero), so the buffer holds the state
+      each rollout starts from, under :data:`~isaaclab_torchrl.recurrent.ROLLOUT_START_KEY`, folded across the
+      rollout's steps (:func:`~isaaclab_torchrl.recurrent.fold_states`): for ANYmal-D's LSTM 256, 176 bytes per env
+      step instead of 4,096. Upstream, an option to store the recurrent state at the rollout's first step only.
     * ``cudagraph_policy``: before every call of the graphed policy the collector calls
       ``torch.compiler.cudagraph_mark_step_begin()``, which marks a step of inductor's CUDA graph trees (for a
       compiled policy) and imports inductor the first time (~2.5 s of each worker's start on the H200); tensordict's
@@ -176,6 +194,10 @@ class CompactCollector(Collector):
       ``CudaGraphModule`` itself and does not mark steps. The module replays into a fresh clone, as torchrl clones
       a graphed policy's outputs (:class:`~isaaclab_torchrl.models.CollectionPolicy` returns a new tensordict).
     """
+
+    def __init__(self, *args, every_state: bool = False, **kwargs):
+        self._every_state = every_state
+        super().__init__(*args, **kwargs)
 
     def _read_compile_kwargs(self, compile_policy, cudagraph_policy) -> None:
         super()._read_compile_kwargs(compile_policy, cudagraph_policy)
@@ -195,10 +217,35 @@ class CompactCollector(Collector):
     def _wrapped_policy(self, value) -> None:
         Collector._wrapped_policy.fset(self, value)
 
+    @property
+    def _state_keys(self) -> list:
+        """The recurrent state entering a step: the root key of each next state the policy writes, unless every
+        step's is stored."""
+        if self._every_state:
+            return []
+        next_keys = [key for key in self._policy_output_keys if isinstance(key, tuple) and key[0] == "next"]
+        return [key[1] if len(key) == 2 else key[1:] for key in next_keys]
+
     def _maybe_make_final_rollout(self, make_rollout: bool) -> None:
         super()._maybe_make_final_rollout(make_rollout)
         if make_rollout and self._compact_next_keys:
             self._final_rollout = self._final_rollout.exclude(*self._compact_next_keys)
+        if make_rollout and self._state_keys:
+            first = fold_states(self._final_rollout[..., 0].select(*self._state_keys), self.frames_per_batch)
+            self._final_rollout = self._final_rollout.exclude(*self._state_keys)
+            self._final_rollout.set(ROLLOUT_START_KEY, first)
+
+    def rollout(self) -> TensorDictBase:
+        keys = self._state_keys
+        first = self._carrier.select(*keys).clone() if keys else None
+        rollout = super().rollout()
+        if first is not None:
+            folded = fold_states(first, rollout.shape[-1]).to(rollout.device)
+            if ROLLOUT_START_KEY in rollout.keys():  # the shared buffer: written in place
+                rollout.get(ROLLOUT_START_KEY).copy_(folded)
+            else:
+                rollout = rollout.exclude(*keys).set(ROLLOUT_START_KEY, folded)
+        return rollout
 
 
 class AsyncCompactCollector(CompactCollector):

@@ -88,6 +88,8 @@ class Distillation:
     """
 
     statistics = ("behavior", "grad_norm")
+    reads_every_state = True
+    """A recurrent student's windows start at any step, from the state the workers stored there."""
 
     def __init__(self, cfg: TorchRLDistillationRunnerCfg, interface: EnvInterface, device: torch.device | str):
         self.cfg, self.interface, self.device = cfg, interface, torch.device(device)

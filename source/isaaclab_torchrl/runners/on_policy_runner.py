@@ -113,7 +113,9 @@ class TorchRLRunner:
         self._videos = VideoUploads(self.log_dir) if tracked else None
         try:
             with StopSignals() as stop, evaluation or contextlib.nullcontext():
-                with self.collection_class(self.cfg, self.env_factories, policy, policy_factory) as workers:
+                every_state = self.learner.reads_every_state
+                workers = self.collection_class(self.cfg, self.env_factories, policy, policy_factory, every_state)
+                with workers:
                     stopped = self._train(workers, stop, logger, evaluation, start_time, end_iteration)
                 if evaluation is not None and not stopped:  # the workers have stopped: nothing else runs now
                     self._finish_evaluation(evaluation, logger, stop)

@@ -17,6 +17,7 @@ from ..action_noise import noise_std
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import FINAL_OBS_KEY
 from ..models import CollectionPolicyFactory, EnvInterface, make_collection_policy, make_models, observation_normalizers
+from ..recurrent import ROLLOUT_START_KEY, first_states, slices, state_shapes
 from ..symmetry import Mirror
 from .compilation import compile_losses, tf32_products
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
@@ -34,7 +35,7 @@ MAX_IMPORTANCE_WEIGHT = 1.0
 
 
 class PPO:
-    """Recurrent PPO on whole trajectory slices.
+    """Recurrent PPO on whole trajectory slices, each started from the recurrent state stored at its first step.
 
     With asynchronous collection the workers act with a policy up to a few updates old. The update then corrects
     for the lag (decoupled PPO): the policy at the start of the update (the proximal policy, the same weights) is the
@@ -50,6 +51,8 @@ class PPO:
         distributed: This rank's place in a data-parallel group, or ``None``.
         lag_corrected: Correct for the workers' policy lag (asynchronous collection).
     """
+
+    reads_every_state = False  # the slices start where the rollouts start
 
     def __init__(
         self,
@@ -123,6 +126,7 @@ class PPO:
         # clipped separately, like rsl_rl: a large value-loss gradient does not shrink the policy's step
         self.clipped_groups = [list(self.actor.parameters()), list(self.critic.parameters())]
         self.recurrent = cfg.policy.rnn_type is not None
+        self.state_shapes = state_shapes(self.actor, self.critic)  # the recurrent states' keys and shapes per step
         self.optimizer = torch.optim.Adam(self.parameters, lr=self.lr, capturable=on_cuda, fused=True)
         self.synced_parameters = list(self.parameters)
         """What the ranks average the gradients of (with RND, the predictor's too)."""
@@ -163,6 +167,8 @@ class PPO:
         algo, check = self.cfg.algorithm, self.cfg.check_for_nan
         self.communication_time = 0.0
         batch = batch.to(self.device)
+        if ROLLOUT_START_KEY in batch.keys():
+            batch = first_states(batch, self.state_shapes)
         if self.cfg.policy.state_dependent_std:
             self.batch_noise_std = batch["scale"].mean()
         if check:
@@ -247,7 +253,7 @@ class PPO:
             batch = batch.reshape(-1)
         per_minibatch = batch.shape[0] // count
         permutation = torch.randperm(batch.shape[0], device=batch.device)[: count * per_minibatch]
-        minibatches = [batch[indices] for indices in permutation.view(count, per_minibatch)]
+        minibatches = [slices(batch, indices, self.state_shapes) for indices in permutation.view(count, per_minibatch)]
         if self.augmented:  # rsl_rl's symmetry augmentation, once per update (every epoch reuses the split)
             minibatches = [self.mirror.augment(minibatch) for minibatch in minibatches]
         return minibatches
