@@ -49,6 +49,8 @@ def synthetic_batch(learner, num_envs: int, done_prob: float, generator: torch.G
     """A [num_envs, steps] rollout of the collection policy, as a collector with ``compact_obs`` stores it."""
     from torchrl.modules import set_recurrent_mode
 
+    from isaaclab_torchrl.recurrent import ROLLOUT_START_KEY, fold_states
+
     device = learner.device
     obs_dim = learner.interface.actor_obs_dim
 
@@ -84,7 +86,12 @@ def synthetic_batch(learner, num_envs: int, done_prob: float, generator: torch.G
                 lambda state, done=done: state.masked_fill(done.unsqueeze(-1), 0.0)
             )
             td.update({"policy": observation(), "is_init": done})
-    return torch.stack(rollout, dim=1).to(learner.device)
+    batch = torch.stack(rollout, dim=1)
+    keys = list(learner.state_shapes)
+    if keys:  # the recurrent states the rollout started from, folded across its steps; no next states
+        first = fold_states(batch[:, 0].select(*keys), batch.shape[1])
+        batch = batch.exclude(*keys, *(("next", key) for key in keys)).set(ROLLOUT_START_KEY, first)
+    return batch
 
 
 def run_variant(args, variant: str) -> dict:
