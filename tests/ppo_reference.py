@@ -171,6 +171,23 @@ class Reference:
     importance_weights: torch.Tensor | None = None
 
 
+@torch.no_grad()
+def plain_gae(critic: PlainNetwork, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The critic's values, the normalised advantages and the value targets of ``batch`` (``[N, T]`` each): GAE step by
+    step, bootstrapped with the value of the true next observation, but after a termination."""
+    values, next_values = (v.squeeze(-1) for v in critic(batch, with_next=True))
+    reward = batch["next", "reward"].squeeze(-1)
+    not_terminated = (~batch["next", "terminated"]).squeeze(-1).float()
+    not_done = (~batch["next", "done"]).squeeze(-1).float()
+    advantage, running = torch.zeros(N, T), torch.zeros(N)
+    for step in reversed(range(T)):
+        delta = reward[:, step] + GAMMA * not_terminated[:, step] * next_values[:, step] - values[:, step]
+        running = delta + GAMMA * LAM * not_done[:, step] * running
+        advantage[:, step] = running
+    target = advantage + values
+    return values, (advantage - advantage.mean()) / (advantage.std() + 1e-8), target
+
+
 def _reference_update(learner: PPO, batch: TensorDict, lag_corrected: bool = False) -> Reference:
     """The update ``learner`` must make on ``batch``, in plain PyTorch, from copies of its weights and config.
 
@@ -182,19 +199,8 @@ def _reference_update(learner: PPO, batch: TensorDict, lag_corrected: bool = Fal
     actor, critic = PlainNetwork(learner.actor, "actor_rnn"), PlainNetwork(learner.critic, "critic_rnn")
     std_param = nn.Parameter(_noise_scale(learner.actor).detach().clone())
 
+    values, advantage, target = plain_gae(critic, batch)
     with torch.no_grad():
-        values, next_values = (v.squeeze(-1) for v in critic(batch, with_next=True))
-        reward = batch["next", "reward"].squeeze(-1)
-        not_terminated = (~batch["next", "terminated"]).squeeze(-1).float()
-        not_done = (~batch["next", "done"]).squeeze(-1).float()
-        advantage = torch.zeros(N, T)
-        running = torch.zeros(N)
-        for step in reversed(range(T)):
-            delta = reward[:, step] + GAMMA * not_terminated[:, step] * next_values[:, step] - values[:, step]
-            running = delta + GAMMA * LAM * not_done[:, step] * running
-            advantage[:, step] = running
-        target = advantage + values
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
         # the reference policy of the ratio, the clip and the KL: the acting one, or the proximal one (the
         # learner's policy before this update), with the advantages weighted by the truncated importance ratio
         reference_log_prob, reference_loc, reference_scale = batch["action_log_prob"], batch["loc"], batch["scale"]

@@ -16,9 +16,7 @@ from isaaclab_torchrl.symmetry import SymmetryError, read_symmetry
 from ppo_reference import (
     CLIP,
     ENTROPY_COEF,
-    GAMMA,
     INTERFACE,
-    LAM,
     MAX_GRAD_NORM,
     ONE_STEP,
     SEED,
@@ -29,6 +27,7 @@ from ppo_reference import (
     _batch,
     _cfg,
     _update,
+    plain_gae,
 )
 
 OBS_INDEX, OBS_SIGN = [2, 1, 0], [-1.0, 1.0, -1.0]
@@ -124,18 +123,7 @@ def _mirrored(x: torch.Tensor, index: list, sign: list) -> torch.Tensor:
 def _reference(learner: PPO, batch: TensorDict, augment: bool, mirror_loss: bool) -> tuple[list, dict]:
     """One gradient step on the whole batch (one epoch, one minibatch), in plain PyTorch."""
     actor, critic = PlainNetwork(learner.actor, "actor_rnn"), PlainNetwork(learner.critic, "critic_rnn")
-    with torch.no_grad():
-        values, next_values = (v.squeeze(-1) for v in critic(batch, with_next=True))
-        reward = batch["next", "reward"].squeeze(-1)
-        not_terminated = (~batch["next", "terminated"]).squeeze(-1).float()
-        not_done = (~batch["next", "done"]).squeeze(-1).float()
-        advantage, running = torch.zeros(N, T), torch.zeros(N)
-        for step in reversed(range(T)):
-            delta = reward[:, step] + GAMMA * not_terminated[:, step] * next_values[:, step] - values[:, step]
-            running = delta + GAMMA * LAM * not_done[:, step] * running
-            advantage[:, step] = running
-        target = advantage + values
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+    values, advantage, target = plain_gae(critic, batch)
     torch.manual_seed(SEED)
     order = torch.randperm(N * T)
 
