@@ -103,14 +103,17 @@ def test_unpacked_pad_backend_gives_torchrls_features_and_gradients(rnn_type, nu
         torch.testing.assert_close(value, wanted, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("rnn_type", ["lstm", "gru"])
 @pytest.mark.parametrize("backend", ["pad", "fused"])
 @pytest.mark.parametrize("lag_corrected", [False, True])
-def test_the_update_reads_the_state_stored_at_each_slices_first_step_only(backend, lag_corrected):
+def test_the_update_reads_the_state_stored_at_each_slices_first_step_only(rnn_type, backend, lag_corrected):
     """The collectors store the state each rollout starts from, folded across its steps: the update (GAE, the lag
     correction's pass, the epochs) from it equals the update from every step's state, and from every step's state
     with those of the other steps replaced (at an episode start the state is zero, whatever is stored)."""
-    every = _batch("lstm")
     keys = ["actor_rnn_h", "actor_rnn_c", "critic_rnn_h", "critic_rnn_c"]
+    if rnn_type == "gru":
+        keys = ["actor_rnn_h", "critic_rnn_h"]
+    every = _batch("lstm").exclude("actor_rnn_c", "critic_rnn_c") if rnn_type == "gru" else _batch("lstm")
     replaced = every.clone()
     for key in keys:
         replaced[key][:, 1:] = 5.0 + torch.randn_like(replaced[key][:, 1:])
@@ -119,7 +122,7 @@ def test_the_update_reads_the_state_stored_at_each_slices_first_step_only(backen
     updates = []
     for batch in (every, replaced, folded):
         torch.manual_seed(0)
-        cfg = _cfg("lstm", **SEVERAL_STEPS)
+        cfg = _cfg(rnn_type, **SEVERAL_STEPS)
         cfg.policy.recurrent_backend = backend
         learner = PPO(cfg, INTERFACE, "cpu", lag_corrected=lag_corrected)
         stats = _update(learner, batch)
