@@ -58,15 +58,21 @@ def _cfg(rnn_type, epochs, minibatches, schedule, learning_rate=LR, clip_param=C
     )
 
 
+def episode_ends(envs: int, steps: int, terminated_at: set, truncated_at: set) -> tuple[torch.Tensor, ...]:
+    """``terminated``, ``truncated`` and ``done`` ``[envs, steps, 1]`` of a batch whose episodes end at the given
+    ``(env, step)`` pairs."""
+    terminated = torch.zeros(envs, steps, 1, dtype=torch.bool)
+    truncated = torch.zeros(envs, steps, 1, dtype=torch.bool)
+    for env, step in terminated_at:
+        terminated[env, step] = True
+    for env, step in truncated_at:
+        truncated[env, step] = True
+    return terminated, truncated, terminated | truncated
+
+
 def _batch(rnn_type) -> TensorDict:
     generator = torch.Generator().manual_seed(3)
-    terminated = torch.zeros(N, T, 1, dtype=torch.bool)
-    truncated = torch.zeros(N, T, 1, dtype=torch.bool)
-    for env, step in TERMINATED:
-        terminated[env, step] = True
-    for env, step in TRUNCATED:
-        truncated[env, step] = True
-    done = terminated | truncated
+    terminated, truncated, done = episode_ends(N, T, TERMINATED, TRUNCATED)
     is_init = torch.zeros(N, T, 1, dtype=torch.bool)
     is_init[:, 1:] = done[:, :-1]
     is_init[0, 0] = True  # env 0 starts an episode with the rollout, the others are in the middle of one

@@ -13,6 +13,7 @@ from tensordict import TensorDict
 from isaaclab_torchrl.agents import TorchRLPolicyCfg
 from isaaclab_torchrl.models import EnvInterface, make_models
 from isaaclab_torchrl.runners.gae import CollectedBatchGAE
+from ppo_reference import episode_ends
 
 pytestmark = pytest.mark.fast
 
@@ -29,13 +30,7 @@ def _batch(rnn_state_keys: dict[str, int]) -> TensorDict:
     torch.manual_seed(0)
     obs = torch.randn(N, T, OBS)
     final_obs = torch.randn(N, T, OBS)  # the observation after each step, before any reset
-    terminated = torch.zeros(N, T, 1, dtype=torch.bool)
-    truncated = torch.zeros(N, T, 1, dtype=torch.bool)
-    for env, step in TERMINATED:
-        terminated[env, step] = True
-    for env, step in TRUNCATED:
-        truncated[env, step] = True
-    done = terminated | truncated
+    terminated, truncated, done = episode_ends(N, T, TERMINATED, TRUNCATED)
     # without an episode end the next observation is the next root observation
     continuing = ~done[:, :-1].squeeze(-1)
     final_obs[:, :-1][continuing] = obs[:, 1:][continuing]
