@@ -185,8 +185,8 @@ class CompactCollector(Collector):
     * The recurrent state entering each step (``actor_rnn_h``, ...): training in recurrent mode reads it at a
       trajectory slice's first step only (at an episode start the state is zero), so the buffer holds the state
       each rollout starts from, under :data:`~isaaclab_torchrl.recurrent.ROLLOUT_START_KEY`, folded across the
-      rollout's steps (:func:`~isaaclab_torchrl.recurrent.fold_states`): for ANYmal-D's LSTM 256, 176 bytes per env
-      step instead of 4,096. Upstream, an option to store the recurrent state at the rollout's first step only.
+      rollout's steps (:func:`~isaaclab_torchrl.recurrent.fold_states`; the bytes saved are in
+      ``docs/benchmarks.md``). Upstream, an option to store the recurrent state at the rollout's first step only.
     * ``cudagraph_policy``: before every call of the graphed policy the collector calls
       ``torch.compiler.cudagraph_mark_step_begin()``, which marks a step of inductor's CUDA graph trees (for a
       compiled policy) and imports inductor the first time (~2.5 s of each worker's start on the H200); tensordict's
