@@ -2,14 +2,17 @@
 
     python benchmarks/learner.py --task Isaac-Cartpole-Direct --agent torchrl_lstm --num_envs 4096 --device cuda:0 \\
         --variants default,agent.speed=off,agent.policy.recurrent_backend=pad+agent.cudagraphs=false \\
-        [--profile] [--json out.json]
+        [--profile] [--memory DIR] [--json out.json]
 
 No simulator: the batch is a rollout of the learner's own collection policy on random observations, with episode
 ends at random (``--done_prob`` per step, a quarter of them time-outs), laid out as the collectors deliver it
 (``compact_obs``, final observations under ``("next", "final_obs")``). This isolates the learner, which bounds
 asynchronous training on a GPU. The agent config is resolved as ``scripts/train.py`` resolves it; each variant is
 a comma-free list of its Hydra overrides joined with ``+`` (``default`` for none) and runs in its own process;
-``--profile`` prints the operators that take the time.
+``--profile`` prints the operators that take the time; on a GPU ``--memory`` adds the learner's memory to the result
+(allocated, peak, reserved by torch's caching allocator; the process's whole use from the driver) and writes a
+snapshot of the allocator with the Python stack of each allocation to ``DIR/<variant>.pickle`` (read it with
+https://pytorch.org/memory_viz).
 Runs kitless with the project's venv here, and on a GPU machine with ``../shared/gpu-bundle`` unpacked.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import statistics
 import time
 
@@ -96,6 +100,8 @@ def synthetic_batch(learner, num_envs: int, done_prob: float, generator: torch.G
 
 def run_variant(args, variant: str) -> dict:
     overrides = [] if variant == "default" else variant.split("+")
+    if args.memory:
+        torch.cuda.memory._record_memory_history(max_entries=200_000)
     learner = make_learner(args.task, args.agent, args.device, overrides)
     generator = torch.Generator(device=args.device).manual_seed(0)
     batches = [synthetic_batch(learner, args.num_envs, args.done_prob, generator) for _ in range(2)]
@@ -111,6 +117,9 @@ def run_variant(args, variant: str) -> dict:
         "steps_per_s": args.num_envs * learner.cfg.num_steps_per_env / statistics.median(times[args.warmup :]),
         "kl": stats["kl"],
     }
+    if args.memory:
+        result |= memory_use(learner.device)
+        torch.cuda.memory._dump_snapshot(os.path.join(args.memory, variant.replace("/", "_") + ".pickle"))
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -122,6 +131,20 @@ def run_variant(args, variant: str) -> dict:
         events = prof.key_averages()
         result["cuda_kernel_launches"] = sum(e.count for e in events if e.key == "cudaLaunchKernel")
     return result
+
+
+def memory_use(device: torch.device) -> dict:
+    """MiB: what tensors hold, their peak, what the caching allocator holds (CUDA graphs' pools included), and the
+    process's whole use as the driver counts it (the CUDA context and libraries' workspaces besides)."""
+    free, total = torch.cuda.mem_get_info(device)
+    mib = 2**20
+    return {
+        "allocated_mib": torch.cuda.memory_allocated(device) / mib,
+        "peak_allocated_mib": torch.cuda.max_memory_allocated(device) / mib,
+        "reserved_mib": torch.cuda.memory_reserved(device) / mib,
+        "peak_reserved_mib": torch.cuda.max_memory_reserved(device) / mib,
+        "device_used_mib": (total - free) / mib,  # the whole GPU's: run nothing else on it
+    }
 
 
 def run_in_child(args, variant: str, results) -> None:
@@ -139,9 +162,14 @@ def main():
     parser.add_argument("--done_prob", type=float, default=0.02)
     parser.add_argument("--variants", default="default")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--memory", metavar="DIR", help="Report the learner's GPU memory; snapshots into DIR.")
     parser.add_argument("--timeout", type=float, default=600, help="Seconds one variant may take.")
     parser.add_argument("--json")
     args = parser.parse_args()
+    if args.memory:
+        if not args.device.startswith("cuda"):
+            parser.error("--memory reads the CUDA caching allocator: give a --device cuda:N")
+        os.makedirs(args.memory, exist_ok=True)
     context = multiprocessing.get_context("spawn")  # a fresh process per variant: no compiled state carries over
     results = []
     for variant in args.variants.split(","):
@@ -165,6 +193,8 @@ def main():
                 f"{result['steps_per_s']:,.0f} steps/s learner bound",
                 flush=True,
             )
+            if args.memory:
+                print(", ".join(f"{key} {value:,.0f}" for key, value in result.items() if key.endswith("_mib")))
         if args.json:
             with open(args.json, "w") as file:
                 json.dump({"args": vars(args), "results": results}, file, indent=1)

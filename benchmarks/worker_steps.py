@@ -17,6 +17,10 @@ step of:
   what it adds to wrapper + inference;
 * ``storage``: copying one rollout to the host (what ``storing_device=cpu`` adds per step, in bulk).
 
+On a GPU it adds the process's memory (MiB) after each part (``memory``): the whole use as the driver counts it
+(``device_used``: the CUDA context, Warp's simulation and torch's caching allocator), and what torch's allocator
+holds (``torch_reserved``) and hands out (``torch_allocated``); run nothing else on the GPU.
+
 It simulates in its own process, which imports Isaac Lab before it could apply ``ISAACLAB_TORCHRL_OFFLINE_ASSETS=1``:
 offline, set ``ISAACSIM_ASSET_ROOT`` to the vendored root (``source/isaaclab_torchrl/offline_assets``) instead.
 """
@@ -55,6 +59,19 @@ def per_step_ms(step, steps: int, synchronize, warmup: int = 20) -> float:
     return (time.perf_counter() - start) * 1e3 / steps
 
 
+def memory_use(device: torch.device) -> dict:
+    """MiB the GPU uses in all, torch's caching allocator holds, and its tensors hold; empty on a CPU."""
+    if device.type != "cuda":
+        return {}
+    free, total = torch.cuda.mem_get_info(device)
+    mib = 2**20
+    return {
+        "device_used": (total - free) / mib,
+        "torch_reserved": torch.cuda.memory_reserved(device) / mib,
+        "torch_allocated": torch.cuda.memory_allocated(device) / mib,
+    }
+
+
 def main(argv: list[str]) -> int:
     parser = make_train_parser()
     parser.add_argument("--steps", type=int, default=200, help="Env steps timed per part.")
@@ -67,6 +84,7 @@ def main(argv: list[str]) -> int:
     (factory,) = training.make_workers(run)
     interface, _ = read_env_interface([factory])
     env = factory()
+    memory = {"env built": memory_use(device)}
     policy = CollectionPolicyFactory(agent_cfg.policy, interface, agent_cfg.device)()
     results = {"task": args.task, "num_envs": env_cfg.scene.num_envs, "device": str(device), "overrides": hydra_args}
 
@@ -88,6 +106,7 @@ def main(argv: list[str]) -> int:
         for name, step in parts.items():
             blocks[name].append(per_step_ms(step, max(1, args.steps // ALTERNATIONS), synchronize, warmup=0))
     results.update({name: statistics.median(times) for name, times in blocks.items()})
+    memory["stepped"] = memory_use(device)
 
     with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
         observation = env.reset()
@@ -99,6 +118,7 @@ def main(argv: list[str]) -> int:
         graphed = agent_cfg.collector.cudagraph_policy
         run = CudaGraphModule(policy, in_keys=[], out_keys=[], device=device) if graphed else policy
         results["inference"] = per_step_ms(lambda: run(observation.clone()), args.steps, synchronize)
+    memory["policy"] = memory_use(device)
 
     rollout_steps = agent_cfg.num_steps_per_env
     collector_class = CompactCollector if agent_cfg.collector.sync else AsyncCompactCollector
@@ -124,7 +144,12 @@ def main(argv: list[str]) -> int:
     results["collector"] = per_rollout / rollout_steps
     results["bookkeeping"] = results["collector"] - results["wrapper"] - results["inference"]
     rollout = held["rollout"]
+    memory["collector"] = memory_use(device)
     results["storage"] = per_step_ms(lambda: rollout.to("cpu"), 5, synchronize, warmup=1) / rollout_steps
+    if device.type == "cuda":
+        results["memory"] = memory
+        for part, use in memory.items():
+            print(f"MiB after {part}: " + ", ".join(f"{key} {value:,.0f}" for key, value in use.items()))
     collector.shutdown()
     env.close()
     print("ms per env step: " + ", ".join(f"{k} {v:.3f}" for k, v in results.items() if isinstance(v, float)))
