@@ -101,7 +101,7 @@ def synthetic_batch(learner, num_envs: int, done_prob: float, generator: torch.G
 def run_variant(args, variant: str) -> dict:
     overrides = [] if variant == "default" else variant.split("+")
     if args.memory:
-        torch.cuda.memory._record_memory_history(max_entries=200_000)
+        torch.cuda.memory._record_memory_history(stacks="python", max_entries=200_000)
     learner = make_learner(args.task, args.agent, args.device, overrides)
     generator = torch.Generator(device=args.device).manual_seed(0)
     batches = [synthetic_batch(learner, args.num_envs, args.done_prob, generator) for _ in range(2)]
