@@ -80,6 +80,11 @@ def test_fused_backend_equals_torchrls_pad_backend(rnn_type, num_layers):
         expected = expected_outputs + list(expected_gradients)
         for actual, wanted in zip(outputs + list(gradients), expected, strict=True):
             torch.testing.assert_close(actual, wanted, atol=1e-5, rtol=1e-5)
+    # without gradients (GAE's value pass, the proximal pass) the plain loop gives the same features and states
+    with torch.no_grad(), set_recurrent_mode(True):
+        out = fused(slices.clone())
+    for actual, wanted in zip([out["y"], *(out[key] for key in state_keys)], expected_outputs, strict=True):
+        torch.testing.assert_close(actual, wanted, atol=1e-5, rtol=1e-5)
     # the step-by-step path (collection) is torchrl's own: one step from the stored state gives the first feature
     with set_recurrent_mode(False):
         step = fused(slices[:, 0].clone())

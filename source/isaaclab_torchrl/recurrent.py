@@ -14,7 +14,10 @@ computes what torchrl's ``scan`` backend computes, with a backward pass written 
   one matrix product each over all steps after it; only the hidden state's own product stays in the loop;
 * the time loop is a plain Python loop over the slice's fixed number of steps, which ``torch.compile`` unrolls;
   compiled and graphed, it updates faster than torchrl's ``scan`` on a GPU (``docs/benchmarks.md``);
-* at an episode start the state entering the step is zero, as in the step-by-step path; no gradient flows across it.
+* at an episode start the state entering the step is zero, as in the step-by-step path; no gradient flows across it;
+* without gradients (GAE's value pass and the proximal pass over the whole batch) a plain loop keeps each step's
+  states only, not what the backward pass reads: on a GPU the learner's peak memory is that pass's
+  (``docs/benchmarks.md``).
 
 Every backend reads a slice's stored state at its first step only (:func:`first_states`): a batch stores the state
 each rollout starts from once, folded across the rollout's steps (:func:`fold_states`), not the state of every step.
@@ -146,6 +149,44 @@ class _GRULayer(torch.autograd.Function):
         )
 
 
+def _lstm_layer_without_grad(x, h, c, is_init, w_ih, w_hh, bias):
+    """:class:`_LSTMLayer`'s forward pass without what its backward pass reads: the input projection step by step
+    and the hidden and cell state of every step, written into their outputs."""
+    hs = cs = None
+    for t in range(x.shape[0]):
+        h = torch.where(is_init[t], 0.0, h)
+        c = torch.where(is_init[t], 0.0, c)
+        i, f, g, o = torch.addmm(torch.addmm(bias, x[t], w_ih.t()), h, w_hh.t()).chunk(4, -1)
+        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        h = o.sigmoid() * c.tanh()
+        if hs is None:
+            hs, cs = h.new_empty(x.shape[0], *h.shape), c.new_empty(x.shape[0], *c.shape)
+        hs[t], cs[t] = h, c
+    return hs, cs
+
+
+def _gru_layer_without_grad(x, h, is_init, w_ih, w_hh, b_ih, b_hh):
+    """:class:`_GRULayer`'s forward pass without what its backward pass reads (see
+    :func:`_lstm_layer_without_grad`)."""
+    hs = None
+    for t in range(x.shape[0]):
+        h = torch.where(is_init[t], 0.0, h)
+        x_r, x_z, x_n = torch.addmm(b_ih, x[t], w_ih.t()).chunk(3, -1)
+        h_r, h_z, h_n = torch.addmm(b_hh, h, w_hh.t()).chunk(3, -1)
+        r = (x_r + h_r).sigmoid()
+        z = (x_z + h_z).sigmoid()
+        n = (x_n + r * h_n).tanh()
+        h = n + z * (h - n)
+        if hs is None:
+            hs = h.new_empty(x.shape[0], *h.shape)
+        hs[t] = h
+    return hs
+
+
+def _needs_grad(input: torch.Tensor, rnn: torch.nn.RNNBase) -> bool:
+    return torch.is_grad_enabled() and (input.requires_grad or any(p.requires_grad for p in rnn.parameters()))
+
+
 def _layer_weights(rnn: torch.nn.RNNBase, layer: int, gates: int) -> tuple[torch.Tensor, ...]:
     """A layer's input and hidden weights and biases (zeros for a layer without bias)."""
     w_ih, w_hh = getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}")
@@ -202,10 +243,11 @@ class FusedLSTMModule(LSTMModule):
         # torchrl's layout: input [B, T, I], initial states [L, B, H] (the first step's), starts [B, T]
         steps_first = is_init.transpose(0, 1).unsqueeze(-1)
         layer_input = input.transpose(0, 1)
+        run_layer = _LSTMLayer.apply if _needs_grad(input, self.lstm) else _lstm_layer_without_grad
         hs, cs = [], []
         for layer in range(self.lstm.num_layers):
             w_ih, w_hh, b_ih, b_hh = _layer_weights(self.lstm, layer, 4)
-            layer_input, c = _LSTMLayer.apply(
+            layer_input, c = run_layer(
                 layer_input,
                 initial_hidden[0][layer],
                 initial_hidden[1][layer],
@@ -239,9 +281,10 @@ class FusedGRUModule(GRUModule):
     def _gru_scan_with_resets(self, input, hidden_in, initial_hidden, is_init):
         steps_first = is_init.transpose(0, 1).unsqueeze(-1)
         layer_input = input.transpose(0, 1)
+        run_layer = _GRULayer.apply if _needs_grad(input, self.gru) else _gru_layer_without_grad
         hs = []
         for layer in range(self.gru.num_layers):
-            layer_input = _GRULayer.apply(
+            layer_input = run_layer(
                 layer_input,
                 initial_hidden[layer],
                 steps_first,
