@@ -19,9 +19,11 @@ Runs kitless with the project's venv here, and on a GPU machine with ``../shared
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import multiprocessing
 import os
+import pickle
 import statistics
 import time
 
@@ -119,7 +121,10 @@ def run_variant(args, variant: str) -> dict:
     }
     if args.memory:
         result |= memory_use(learner.device)
-        torch.cuda.memory._dump_snapshot(os.path.join(args.memory, variant.replace("/", "_") + ".pickle"))
+        snapshot = torch.cuda.memory._snapshot()
+        with open(os.path.join(args.memory, variant.replace("/", "_") + ".pickle"), "wb") as file:
+            pickle.dump(snapshot, file)
+        print(memory_summary(snapshot), flush=True)
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -145,6 +150,42 @@ def memory_use(device: torch.device) -> dict:
         "peak_reserved_mib": torch.cuda.max_memory_reserved(device) / mib,
         "device_used_mib": (total - free) / mib,  # the whole GPU's: run nothing else on it
     }
+
+
+def origin(frames: list[dict], depth: int = 3) -> str:
+    """An allocation's innermost Python frames, this project's and its libraries' first."""
+    own = [f for f in frames if any(part in f["filename"] for part in ("isaaclab_torchrl", "torchrl", "tensordict"))]
+    names = [f"{f['filename'].split('site-packages/')[-1]}:{f['line']}:{f['name']}" for f in own or frames]
+    return " < ".join(names[:depth])
+
+
+def memory_summary(snapshot: dict, rows: int = 12) -> str:
+    """The caching allocator's pools (the CUDA graphs' are their own), and the allocations alive at the peak of
+    the recorded history by where they were made."""
+    mib = 2**20
+    lines = ["pool (id, stream): reserved MiB, allocated MiB"]
+    pools = collections.defaultdict(lambda: [0, 0])
+    for segment in snapshot["segments"]:
+        key = (tuple(segment.get("segment_pool_id", ())), segment.get("stream"))
+        pools[key][0] += segment["total_size"]
+        pools[key][1] += segment["allocated_size"]
+    lines += [f"  {key}: {total / mib:,.0f}, {used / mib:,.0f}" for key, (total, used) in pools.items()]
+    for trace in snapshot.get("device_traces", []):
+        live, total, peak, peak_live = {}, 0, 0, {}
+        for event in trace:
+            if event["action"] == "alloc":
+                live[event["addr"]] = event
+                total += event["size"]
+            elif event["action"] == "free_completed" and event["addr"] in live:
+                total -= live.pop(event["addr"])["size"]
+            if total > peak:
+                peak, peak_live = total, dict(live)
+        by_origin = collections.Counter()
+        for event in peak_live.values():
+            by_origin[origin(event.get("frames", []))] += event["size"]
+        lines.append(f"peak of the recorded allocations: {peak / mib:,.0f} MiB, by origin:")
+        lines += [f"  {size / mib:8,.0f}  {where}" for where, size in by_origin.most_common(rows)]
+    return "\n".join(lines)
 
 
 def run_in_child(args, variant: str, results) -> None:
