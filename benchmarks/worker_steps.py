@@ -17,6 +17,9 @@ step of:
   what it adds to wrapper + inference;
 * ``storage``: copying one rollout to the host (what ``storing_device=cpu`` adds per step, in bulk).
 
+On a GPU ``--sync_sites`` also counts the calls that make the host wait for the device (torch's sync debug mode)
+during ``--steps`` wrapped steps and during the collector's rollouts of as many steps, by the code that made them.
+
 On a GPU it adds the process's memory (MiB) after each part (``memory``): the whole use as the driver counts it
 (``device_used``: the CUDA context, Warp's simulation and torch's caching allocator), and what torch's allocator
 holds (``torch_reserved``) and hands out (``torch_allocated``); run nothing else on the GPU.
@@ -27,10 +30,13 @@ offline, set ``ISAACSIM_ASSET_ROOT`` to the vendored root (``source/isaaclab_tor
 
 from __future__ import annotations
 
+import collections
 import json
 import statistics
 import sys
 import time
+import traceback
+import warnings
 
 import torch
 from tensordict.nn import CudaGraphModule
@@ -72,10 +78,31 @@ def memory_use(device: torch.device) -> dict:
     }
 
 
+def sync_sites(run, steps: int) -> dict[str, int]:
+    """How often ``run(steps)`` makes the host wait for the device, by the innermost frames of the call site."""
+    sites = collections.Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        if "synchronizing" in str(message):
+            frames = [f for f in traceback.extract_stack()[:-1] if "warnings" not in f.filename][-4:]
+            sites[" < ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(frames))] += 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run(steps)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return dict(sites.most_common())
+
+
 def main(argv: list[str]) -> int:
     parser = make_train_parser()
     parser.add_argument("--steps", type=int, default=200, help="Env steps timed per part.")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--sync_sites", action="store_true", help="Count host waits for the device (GPU).")
     args, hydra_args = parse_args(parser, argv)
     run = training.TrainingRun(args, *training.resolve_configs(args, hydra_args))
     env_cfg, agent_cfg = run.env_cfg, run.agent_cfg
@@ -106,6 +133,8 @@ def main(argv: list[str]) -> int:
         for name, step in parts.items():
             blocks[name].append(per_step_ms(step, max(1, args.steps // ALTERNATIONS), synchronize, warmup=0))
     results.update({name: statistics.median(times) for name, times in blocks.items()})
+    if args.sync_sites and device.type == "cuda":
+        results["sync_sites_wrapper"] = sync_sites(lambda n: [wrapper_step() for _ in range(n)], args.steps)
     memory["stepped"] = memory_use(device)
 
     with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
@@ -141,6 +170,10 @@ def main(argv: list[str]) -> int:
         held["rollout"] = next(rollouts)
 
     per_rollout = per_step_ms(collect, max(1, args.steps // rollout_steps), synchronize, warmup=3)
+    if args.sync_sites and device.type == "cuda":
+        results["sync_sites_collector"] = sync_sites(
+            lambda n: [collect() for _ in range(max(1, n // rollout_steps))], args.steps
+        )
     results["collector"] = per_rollout / rollout_steps
     results["bookkeeping"] = results["collector"] - results["wrapper"] - results["inference"]
     rollout = held["rollout"]
@@ -153,6 +186,9 @@ def main(argv: list[str]) -> int:
     collector.shutdown()
     env.close()
     print("ms per env step: " + ", ".join(f"{k} {v:.3f}" for k, v in results.items() if isinstance(v, float)))
+    for part in ("wrapper", "collector"):
+        for site, count in results.get(f"sync_sites_{part}", {}).items():
+            print(f"host waits in {args.steps} {part} steps: {count} at {site}")
     print(f"RESULT {json.dumps(results)}", flush=True)
     if args.json:
         with open(args.json, "w") as file:
