@@ -137,3 +137,44 @@ def test_the_update_reads_the_state_stored_at_each_slices_first_step_only(rnn_ty
         assert stats == expected_stats
         for parameter, wanted in zip(parameters, expected, strict=True):
             torch.testing.assert_close(parameter, wanted, rtol=0, atol=0)
+
+
+class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the reads of a tensor's value by the host (on a GPU, each waits for the device)."""
+
+    READS = {"aten::is_nonzero", "aten::_local_scalar_dense", "aten::item"}
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.name() in self.READS
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("rnn_type", ["lstm", "gru"])
+def test_the_state_primer_resets_ended_episodes_as_torchrls_does_without_reading_the_mask(rnn_type):
+    """After Isaac Lab's reset inside its step (torchrl's native auto-reset), the states of the ended episodes become
+    zero as torchrl's primer makes them, without the host reading whether any episode ended."""
+    from torchrl.envs import TensorDictPrimer
+
+    _, fused, _ = _modules(rnn_type, 1)
+    ours = fused.make_tensordict_primer()
+    primers = ours.primers.expand(B)  # as an env of B environments expands them
+    ours = type(ours)(primers, expand_specs=True, reset_key="_reset")
+    reference = TensorDictPrimer(primers.clone(), expand_specs=True, reset_key="_reset")
+    generator = torch.Generator().manual_seed(2)
+    for ended in (torch.rand(B, 1, generator=generator) < 0.5, torch.zeros(B, 1, dtype=torch.bool)):
+        step = TensorDict({key: torch.randn(B, 1, HIDDEN, generator=generator) for key in primers.keys()}, [B])
+        step["_reset"] = ended
+        expected = reference._reset_on_native_autoreset(step.clone(), step.clone())
+        with _HostReads() as reads:
+            actual = ours._reset_on_native_autoreset(step.clone(), step.clone())
+        assert reads.count == 0
+        for key in primers.keys():
+            torch.testing.assert_close(actual[key], expected[key], rtol=0, atol=0)
+            assert torch.equal(actual[key][ended.squeeze(-1)], torch.zeros_like(actual[key][ended.squeeze(-1)]))
+    with _HostReads() as reads:  # torchrl's primer reads it: what the count would see
+        reference._reset_on_native_autoreset(step.clone(), step.clone())
+    assert reads.count > 0

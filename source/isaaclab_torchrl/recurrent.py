@@ -31,6 +31,8 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.modules import GRUModule, LSTMModule
 
+from .primers import StatePrimer
+
 
 class _LSTMLayer(torch.autograd.Function):
     """One LSTM layer over ``T`` steps: ``x [T, B, I]``, initial states ``[B, H]``, episode starts ``[T, B, 1]``.
@@ -229,7 +231,15 @@ def _mask_to_ends(states: torch.Tensor, is_init: torch.Tensor) -> torch.Tensor:
     return torch.where(_end_mask(is_init)[..., None, None], states.transpose(0, 1), 0.0)
 
 
-class FusedLSTMModule(LSTMModule):
+class _SyncFreePrimer:
+    """A recurrent module whose state primer resets the states without a host sync (:class:`StatePrimer`)."""
+
+    def make_tensordict_primer(self) -> StatePrimer:
+        # torchrl's primer of the module's states (zeros at an episode start), as a StatePrimer
+        return StatePrimer(super().make_tensordict_primer().primers, expand_specs=True)
+
+
+class FusedLSTMModule(_SyncFreePrimer, LSTMModule):
     """torchrl's :class:`~torchrl.modules.LSTMModule` whose recurrent mode runs :class:`_LSTMLayer` (see the module's
     docstring). Built with torchrl's ``pad`` backend, then routed through its ``scan`` path, which this class
     replaces: building it as ``scan`` would run torchrl's check of the scan operator, which is not used."""
@@ -263,7 +273,7 @@ class FusedLSTMModule(LSTMModule):
         return layer_input.transpose(0, 1), hidden0, hidden1
 
 
-class FusedGRUModule(GRUModule):
+class FusedGRUModule(_SyncFreePrimer, GRUModule):
     """torchrl's :class:`~torchrl.modules.GRUModule` whose recurrent mode runs :class:`_GRULayer` (see
     :class:`FusedLSTMModule`)."""
 
@@ -294,7 +304,7 @@ class FusedGRUModule(GRUModule):
         return layer_input.transpose(0, 1), _mask_to_ends(torch.stack(hs, 2), is_init)
 
 
-class PaddedLSTMModule(LSTMModule):
+class PaddedLSTMModule(_SyncFreePrimer, LSTMModule):
     """torchrl's :class:`~torchrl.modules.LSTMModule` with its ``pad`` backend, whose recurrent mode runs the
     trajectories, split at episode starts and padded at their ends, through ``nn.LSTM`` as they are.
 
@@ -316,7 +326,7 @@ class PaddedLSTMModule(LSTMModule):
         return super()._lstm(input, batch, steps, device, dtype, hidden0_in, hidden1_in, None, **kwargs)
 
 
-class PaddedGRUModule(GRUModule):
+class PaddedGRUModule(_SyncFreePrimer, GRUModule):
     """torchrl's :class:`~torchrl.modules.GRUModule` with its ``pad`` backend, padded trajectories not packed (see
     :class:`PaddedLSTMModule`), and its ``forward`` without decorators (see :class:`FusedGRUModule`)."""
 
