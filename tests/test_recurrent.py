@@ -14,6 +14,8 @@ from isaaclab_torchrl.recurrent import (
     FusedLSTMModule,
     PaddedGRUModule,
     PaddedLSTMModule,
+    _GRULayer,
+    _LSTMLayer,
     fold_states,
 )
 from isaaclab_torchrl.runners import PPO
@@ -67,6 +69,10 @@ def _outputs_and_gradients(module, slices: TensorDict, state_keys):
     return [out["y"], *(out[key] for key in state_keys)], gradients
 
 
+def _refuse(*args):
+    raise AssertionError("the layer that keeps its backward pass's tensors ran without gradients")
+
+
 @pytest.mark.parametrize("rnn_type", ["lstm", "gru"])
 @pytest.mark.parametrize("num_layers", [1, 2])
 def test_fused_backend_equals_torchrls_pad_backend(rnn_type, num_layers):
@@ -80,11 +86,22 @@ def test_fused_backend_equals_torchrls_pad_backend(rnn_type, num_layers):
         expected = expected_outputs + list(expected_gradients)
         for actual, wanted in zip(outputs + list(gradients), expected, strict=True):
             torch.testing.assert_close(actual, wanted, atol=1e-5, rtol=1e-5)
-    # without gradients (GAE's value pass, the proximal pass) the plain loop gives the same features and states
-    with torch.no_grad(), set_recurrent_mode(True):
-        out = fused(slices.clone())
-    for actual, wanted in zip([out["y"], *(out[key] for key in state_keys)], expected_outputs, strict=True):
-        torch.testing.assert_close(actual, wanted, atol=1e-5, rtol=1e-5)
+    # without gradients (GAE's value pass, the proximal pass: no grad mode, or nothing that requires one) the plain
+    # loop runs, not the layer that keeps its backward pass's tensors, and gives the same features and states
+    layer = _LSTMLayer if rnn_type == "lstm" else _GRULayer
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(layer, "apply", _refuse)
+        with torch.no_grad(), set_recurrent_mode(True):
+            without_grad = fused(slices.clone())
+        for parameter in fused.parameters():
+            parameter.requires_grad_(False)
+        with set_recurrent_mode(True):
+            frozen = fused(slices.clone())
+        for parameter in fused.parameters():
+            parameter.requires_grad_(True)
+    for out in (without_grad, frozen):
+        for actual, wanted in zip([out["y"], *(out[key] for key in state_keys)], expected_outputs, strict=True):
+            torch.testing.assert_close(actual, wanted, atol=1e-5, rtol=1e-5)
     # the step-by-step path (collection) is torchrl's own: one step from the stored state gives the first feature
     with set_recurrent_mode(False):
         step = fused(slices[:, 0].clone())
@@ -140,16 +157,22 @@ def test_the_update_reads_the_state_stored_at_each_slices_first_step_only(rnn_ty
 
 
 class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts the reads of a tensor's value by the host (on a GPU, each waits for the device)."""
+    """Counts the operators whose result the host must wait for on a GPU: a tensor's value read (``bool``, ``item``),
+    a comparison returning a bool, and those with data-dependent shapes (``nonzero``, boolean masks)."""
 
-    READS = {"aten::is_nonzero", "aten::_local_scalar_dense", "aten::item"}
+    READS = {"aten::is_nonzero", "aten::_local_scalar_dense", "aten::item", "aten::equal", "aten::nonzero"}
+    READS |= {"aten::masked_select", "aten::unique", "aten::_unique2"}
+    INDEXING = {"aten::index.Tensor", "aten::index_put_", "aten::index_put"}
 
     def __init__(self):
         super().__init__()
         self.count = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += func.name() in self.READS
+        name = func.name()
+        indices = args[1] if name in self.INDEXING and len(args) > 1 else ()
+        mask = any(isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in indices or ())
+        self.count += name in self.READS or mask
         return func(*args, **(kwargs or {}))
 
 
