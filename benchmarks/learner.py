@@ -12,7 +12,7 @@ a comma-free list of its Hydra overrides joined with ``+`` (``default`` for none
 ``--profile`` prints the operators that take the time; on a GPU ``--memory`` adds the learner's memory to the result
 (allocated, peak, reserved by torch's caching allocator; the process's whole use from the driver) and writes a
 snapshot of the allocator with the Python stack of each allocation to ``DIR/<variant>.pickle`` (read it with
-https://pytorch.org/memory_viz).
+https://pytorch.org/memory_viz); its update times include the recording's cost.
 Runs kitless with the project's venv here, and on a GPU machine with ``../shared/gpu-bundle`` unpacked.
 """
 
@@ -124,6 +124,7 @@ def run_variant(args, variant: str) -> dict:
         snapshot = torch.cuda.memory._snapshot()
         with open(os.path.join(args.memory, variant.replace("/", "_") + ".pickle"), "wb") as file:
             pickle.dump(snapshot, file)
+        torch.cuda.memory._record_memory_history(enabled=None)
         print(memory_summary(snapshot), flush=True)
     if args.profile:
         from torch.profiler import ProfilerActivity, profile

@@ -114,6 +114,7 @@ def main(argv: list[str]) -> int:
     memory = {"env built": memory_use(device)}
     policy = CollectionPolicyFactory(agent_cfg.policy, interface, agent_cfg.device)()
     results = {"task": args.task, "num_envs": env_cfg.scene.num_envs, "device": str(device), "overrides": hydra_args}
+    results["steps"] = args.steps
 
     gym_env = env.base_env.env  # Isaac Lab's env under the torchrl wrapper
     actions = torch.randn(gym_env.action_space.shape, device=device)
@@ -171,9 +172,9 @@ def main(argv: list[str]) -> int:
 
     per_rollout = per_step_ms(collect, max(1, args.steps // rollout_steps), synchronize, warmup=3)
     if args.sync_sites and device.type == "cuda":
-        results["sync_sites_collector"] = sync_sites(
-            lambda n: [collect() for _ in range(max(1, n // rollout_steps))], args.steps
-        )
+        rollouts_timed = max(1, args.steps // rollout_steps)
+        results["sync_sites_collector"] = sync_sites(lambda n: [collect() for _ in range(n)], rollouts_timed)
+        results["sync_sites_steps"] = {"wrapper": args.steps, "collector": rollouts_timed * rollout_steps}
     results["collector"] = per_rollout / rollout_steps
     results["bookkeeping"] = results["collector"] - results["wrapper"] - results["inference"]
     rollout = held["rollout"]
@@ -186,9 +187,9 @@ def main(argv: list[str]) -> int:
     collector.shutdown()
     env.close()
     print("ms per env step: " + ", ".join(f"{k} {v:.3f}" for k, v in results.items() if isinstance(v, float)))
-    for part in ("wrapper", "collector"):
-        for site, count in results.get(f"sync_sites_{part}", {}).items():
-            print(f"host waits in {args.steps} {part} steps: {count} at {site}")
+    for part, steps in results.get("sync_sites_steps", {}).items():
+        for site, count in results[f"sync_sites_{part}"].items():
+            print(f"host waits in {steps} {part} steps: {count} at {site}")
     print(f"RESULT {json.dumps(results)}", flush=True)
     if args.json:
         with open(args.json, "w") as file:
