@@ -34,6 +34,26 @@ from torchrl.modules import GRUModule, LSTMModule
 from .primers import StatePrimer
 
 
+def _lstm_cell(gates: torch.Tensor, c: torch.Tensor):
+    """One LSTM step from its gates before activation ``[B, 4H]`` and the cell state entering it: the activated gates
+    (input, forget, cell, output), the new cell state and the new hidden state."""
+    i, f, g, o = gates.chunk(4, -1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    c = f * c + i * g
+    return (i, f, g, o), c, o * c.tanh()
+
+
+def _gru_cell(gates_x: torch.Tensor, gates_h: torch.Tensor, h: torch.Tensor):
+    """One GRU step from the input's and the hidden state's products ``[B, 3H]`` (biases included) and the hidden
+    state entering it: the gates (reset, update, new), the hidden product's new-gate part, and the new hidden state."""
+    x_r, x_z, x_n = gates_x.chunk(3, -1)
+    h_r, h_z, h_n = gates_h.chunk(3, -1)
+    r = (x_r + h_r).sigmoid()
+    z = (x_z + h_z).sigmoid()
+    n = (x_n + r * h_n).tanh()
+    return (r, z, n, h_n), n + z * (h - n)
+
+
 class _LSTMLayer(torch.autograd.Function):
     """One LSTM layer over ``T`` steps: ``x [T, B, I]``, initial states ``[B, H]``, episode starts ``[T, B, 1]``.
 
@@ -50,13 +70,10 @@ class _LSTMLayer(torch.autograd.Function):
             c = torch.where(is_init[t], 0.0, c)
             previous_hs.append(h)
             previous_cs.append(c)
-            i, f, g, o = torch.addmm(gates_x[t], h, w_hh.t()).chunk(4, -1)
-            i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
-            c = f * c + i * g
-            h = o * c.tanh()
+            activated, c, h = _lstm_cell(torch.addmm(gates_x[t], h, w_hh.t()), c)
             hs.append(h)
             cs.append(c)
-            gates.append(torch.cat((i, f, g, o), -1))
+            gates.append(torch.cat(activated, -1))
         hs, cs = torch.stack(hs), torch.stack(cs)
         previous_hs, previous_cs, gates = torch.stack(previous_hs), torch.stack(previous_cs), torch.stack(gates)
         ctx.save_for_backward(x, previous_hs, previous_cs, cs, gates, is_init, w_ih, w_hh)
@@ -107,14 +124,9 @@ class _GRULayer(torch.autograd.Function):
         for t in range(steps):
             h = torch.where(is_init[t], 0.0, h)
             previous_hs.append(h)
-            x_r, x_z, x_n = gates_x[t].chunk(3, -1)
-            h_r, h_z, h_n = torch.addmm(b_hh, h, w_hh.t()).chunk(3, -1)
-            r = (x_r + h_r).sigmoid()
-            z = (x_z + h_z).sigmoid()
-            n = (x_n + r * h_n).tanh()
-            h = n + z * (h - n)
+            gates, h = _gru_cell(gates_x[t], torch.addmm(b_hh, h, w_hh.t()), h)
             hs.append(h)
-            saved.append(torch.cat((r, z, n, h_n), -1))
+            saved.append(torch.cat(gates, -1))
         hs = torch.stack(hs)
         ctx.save_for_backward(x, torch.stack(previous_hs), torch.stack(saved), is_init, w_ih, w_hh)
         return hs
@@ -158,9 +170,7 @@ def _lstm_layer_without_grad(x, h, c, is_init, w_ih, w_hh, bias):
     for t in range(x.shape[0]):
         h = torch.where(is_init[t], 0.0, h)
         c = torch.where(is_init[t], 0.0, c)
-        i, f, g, o = torch.addmm(torch.addmm(bias, x[t], w_ih.t()), h, w_hh.t()).chunk(4, -1)
-        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-        h = o.sigmoid() * c.tanh()
+        _, c, h = _lstm_cell(torch.addmm(torch.addmm(bias, x[t], w_ih.t()), h, w_hh.t()), c)
         if hs is None:
             hs, cs = h.new_empty(x.shape[0], *h.shape), c.new_empty(x.shape[0], *c.shape)
         hs[t], cs[t] = h, c
@@ -173,12 +183,7 @@ def _gru_layer_without_grad(x, h, is_init, w_ih, w_hh, b_ih, b_hh):
     hs = None
     for t in range(x.shape[0]):
         h = torch.where(is_init[t], 0.0, h)
-        x_r, x_z, x_n = torch.addmm(b_ih, x[t], w_ih.t()).chunk(3, -1)
-        h_r, h_z, h_n = torch.addmm(b_hh, h, w_hh.t()).chunk(3, -1)
-        r = (x_r + h_r).sigmoid()
-        z = (x_z + h_z).sigmoid()
-        n = (x_n + r * h_n).tanh()
-        h = n + z * (h - n)
+        _, h = _gru_cell(torch.addmm(b_ih, x[t], w_ih.t()), torch.addmm(b_hh, h, w_hh.t()), h)
         if hs is None:
             hs = h.new_empty(x.shape[0], *h.shape)
         hs[t] = h
