@@ -17,6 +17,11 @@ step of:
   what it adds to wrapper + inference;
 * ``storage``: copying one rollout to the host (what ``storing_device=cpu`` adds per step, in bulk).
 
+``--op_counts`` counts the tensor operations each part dispatches per env step (torch's, views left out; Warp's
+kernels inside the simulator are not torch's and not counted): on a GPU each is a kernel launch or a host-side op, so
+the count is what the host pays per step whatever the device (``ops``, and with ``--op_sites`` the code that issued
+them outside Isaac Lab's env, ``op_sites``).
+
 On a GPU ``--sync_sites`` also counts the calls that make the host wait for the device (torch's sync debug mode)
 during ``--steps`` wrapped steps and during the collector's rollouts of as many steps, by the code that made them.
 
@@ -40,6 +45,7 @@ import warnings
 
 import torch
 from tensordict.nn import CudaGraphModule
+from torch.utils._python_dispatch import TorchDispatchMode
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
@@ -98,11 +104,46 @@ def sync_sites(run, steps: int) -> dict[str, int]:
     return dict(sites.most_common())
 
 
+class OpCount(TorchDispatchMode):
+    """Counts the tensor operations dispatched inside it, views left out, and with ``sites`` by the innermost frames
+    outside torch and Isaac Lab's env that issued them."""
+
+    def __init__(self, sites: bool = False):
+        super().__init__()
+        self.count = 0
+        self.sites = collections.Counter() if sites else None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.count += 1
+            if self.sites is not None:
+                self.sites[f"{func.overloadpacket.__name__} @ {issuer(traceback.extract_stack()[:-1])}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def issuer(stack) -> str:
+    """The innermost frames of ``stack`` outside torch's own modules, or ``isaaclab env`` inside Isaac Lab's env."""
+    if any("/isaaclab/envs/" in frame.filename or "/isaaclab_tasks/" in frame.filename for frame in stack):
+        return "isaaclab env"
+    frames = [frame for frame in stack if "/torch/" not in frame.filename][-3:]
+    return " < ".join(f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno}" for frame in reversed(frames))
+
+
+def ops_per_step(run, steps: int, sites: bool) -> tuple[float, dict[str, float]]:
+    """Tensor operations per env step while ``run()`` makes ``steps`` env steps, and per issuing site."""
+    with OpCount(sites) as counter:
+        run()
+    by_site = {site: count / steps for site, count in (counter.sites or collections.Counter()).most_common()}
+    return counter.count / steps, by_site
+
+
 def main(argv: list[str]) -> int:
     parser = make_train_parser()
     parser.add_argument("--steps", type=int, default=200, help="Env steps timed per part.")
     parser.add_argument("--json", default=None)
     parser.add_argument("--sync_sites", action="store_true", help="Count host waits for the device (GPU).")
+    parser.add_argument("--op_counts", action="store_true", help="Count tensor operations per step.")
+    parser.add_argument("--op_sites", action="store_true", help="With --op_counts, by the code that issued them.")
     args, hydra_args = parse_args(parser, argv)
     run = training.TrainingRun(args, *training.resolve_configs(args, hydra_args))
     env_cfg, agent_cfg = run.env_cfg, run.agent_cfg
@@ -134,6 +175,12 @@ def main(argv: list[str]) -> int:
         for name, step in parts.items():
             blocks[name].append(per_step_ms(step, max(1, args.steps // ALTERNATIONS), synchronize, warmup=0))
     results.update({name: statistics.median(times) for name, times in blocks.items()})
+    ops, op_sites = {}, {}
+    if args.op_counts:
+        for name, step in parts.items():
+            ops[name], op_sites[name] = ops_per_step(
+                lambda step=step: [step() for _ in range(args.steps)], args.steps, args.op_sites
+            )
     if args.sync_sites and device.type == "cuda":
         results["sync_sites_wrapper"] = sync_sites(lambda n: [wrapper_step() for _ in range(n)], args.steps)
     memory["stepped"] = memory_use(device)
@@ -148,6 +195,10 @@ def main(argv: list[str]) -> int:
         graphed = agent_cfg.collector.cudagraph_policy
         run = CudaGraphModule(policy, in_keys=[], out_keys=[], device=device) if graphed else policy
         results["inference"] = per_step_ms(lambda: run(observation.clone()), args.steps, synchronize)
+        if args.op_counts:
+            ops["inference"], op_sites["inference"] = ops_per_step(
+                lambda: [run(observation.clone()) for _ in range(args.steps)], args.steps, args.op_sites
+            )
     memory["policy"] = memory_use(device)
 
     rollout_steps = agent_cfg.num_steps_per_env
@@ -175,6 +226,14 @@ def main(argv: list[str]) -> int:
         rollouts_timed = max(1, args.steps // rollout_steps)
         results["sync_sites_collector"] = sync_sites(lambda n: [collect() for _ in range(n)], rollouts_timed)
         results["sync_sites_steps"] = {"wrapper": args.steps, "collector": rollouts_timed * rollout_steps}
+    if args.op_counts:
+        rollouts_counted = max(1, args.steps // rollout_steps)
+        ops["collector"], op_sites["collector"] = ops_per_step(
+            lambda: [collect() for _ in range(rollouts_counted)], rollouts_counted * rollout_steps, args.op_sites
+        )
+        results["ops"] = ops
+        if args.op_sites:
+            results["op_sites"] = op_sites
     results["collector"] = per_rollout / rollout_steps
     results["bookkeeping"] = results["collector"] - results["wrapper"] - results["inference"]
     rollout = held["rollout"]
@@ -187,6 +246,11 @@ def main(argv: list[str]) -> int:
     collector.shutdown()
     env.close()
     print("ms per env step: " + ", ".join(f"{k} {v:.3f}" for k, v in results.items() if isinstance(v, float)))
+    if ops:
+        print("tensor operations per env step: " + ", ".join(f"{k} {v:.1f}" for k, v in ops.items()))
+    for part, sites in op_sites.items():
+        for site, count in sites.items():
+            print(f"operations per {part} step: {count:.2f} {site}")
     for part, steps in results.get("sync_sites_steps", {}).items():
         for site, count in results[f"sync_sites_{part}"].items():
             print(f"host waits in {steps} {part} steps: {count} at {site}")
