@@ -12,8 +12,9 @@ from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import expand_as_right
 from torchrl.data import Composite, Unbounded
-from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs import Compose, RewardSum, StepCounter
 
+from .autoreset import AutoResetEnv
 from .models import EnvInterface
 
 FINAL_OBS_KEY = "final_obs"
@@ -128,23 +129,6 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
             {name: values[:, index].expand(shape) for index, name in enumerate(self.log_names)},
             batch_size=self.batch_size,
         )
-
-
-class AutoResetEnv(TransformedEnv):
-    """The transformed env of :class:`IsaacLabEnv`, whose episode-start flag follows ``done``.
-
-    Proposed upstream change (torchrl 0.14.1, ``EnvBase._step_and_maybe_reset`` with native auto-reset): the flag
-    ``is_init`` is written once per done key, ``done``, ``terminated`` and ``truncated`` in turn, so an env with all
-    three ends with ``is_init = truncated``: the first step of an episode after a termination is not marked (the
-    recurrent states are zeroed all the same, from the reset mask), and the update would run a recurrent layer across
-    the two episodes. It should be written from the union of the done keys, the mask the reset uses.
-    """
-
-    def _step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        tensordict, tensordict_ = super()._step_and_maybe_reset(tensordict)
-        if "is_init" in tensordict_.keys():
-            tensordict_.set("is_init", tensordict.get(("next", "done")).clone())
-        return tensordict, tensordict_
 
 
 def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:

@@ -31,7 +31,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.modules import GRUModule, LSTMModule
 
-from .primers import StatePrimer
+from .autoreset import StatePrimer
 
 
 def _lstm_cell(gates: torch.Tensor, c: torch.Tensor):
