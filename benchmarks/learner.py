@@ -12,7 +12,8 @@ a comma-free list of its Hydra overrides joined with ``+`` (``default`` for none
 ``--profile`` prints the operators that take the time; on a GPU ``--memory`` adds the learner's memory to the result
 (allocated, peak, reserved by torch's caching allocator; the process's whole use from the driver) and writes a
 snapshot of the allocator with the Python stack of each allocation to ``DIR/<variant>.pickle`` (read it with
-https://pytorch.org/memory_viz); its update times include the recording's cost.
+https://pytorch.org/memory_viz); its update times include the recording's cost. With ``agent.compile`` the result
+holds torch's compile timers (``compile_s``: dynamo's tracing, the caches' loads or the compilation).
 Runs kitless with the project's venv here, and on a GPU machine with ``../shared/gpu-bundle`` unpacked.
 """
 
@@ -29,6 +30,11 @@ import time
 
 import torch
 from tensordict import TensorDict
+
+COMPILE_TIMERS = ("bytecode_tracing", "OutputGraph.call_user_compiler", "AOTAutogradCache.inductor_load")
+COMPILE_TIMERS += ("PyCodeCache.load_by_key_path", "create_aot_dispatcher_function", "compile_fx_inner")
+"""torch's compile timers the result reports: dynamo's tracing, the compiler's part and, within it, the caches'
+loads or, without them, AOTAutograd's and inductor's compilation."""
 
 # observation and action sizes of the tasks (read here instead of from a simulation, which this benchmark avoids)
 TASK_SIZES = {"Isaac-Cartpole-Direct": (4, 1), "Isaac-Velocity-Flat-AnymalD": (48, 12)}
@@ -119,6 +125,9 @@ def run_variant(args, variant: str) -> dict:
         "steps_per_s": args.num_envs * learner.cfg.num_steps_per_env / statistics.median(times[args.warmup :]),
         "kl": stats["kl"],
     }
+    if learner.cfg.compile:  # torch's compile timers, seconds (the first update's compilation, traced or from caches)
+        timers = torch._dynamo.utils.compilation_time_metrics
+        result["compile_s"] = {key: sum(timers[key]) for key in COMPILE_TIMERS if key in timers}
     if args.memory:
         result |= memory_use(learner.device)
         snapshot = torch.cuda.memory._snapshot()
@@ -237,6 +246,8 @@ def main():
             )
             if args.memory:
                 print(", ".join(f"{key} {value:,.0f}" for key, value in result.items() if key.endswith("_mib")))
+            if "compile_s" in result:
+                print("compile s: " + ", ".join(f"{key} {value:.2f}" for key, value in result["compile_s"].items()))
         if args.json:
             with open(args.json, "w") as file:
                 json.dump({"args": vars(args), "results": results}, file, indent=1)
