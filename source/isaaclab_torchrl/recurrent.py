@@ -83,22 +83,25 @@ class _LSTMLayer(torch.autograd.Function):
     def backward(ctx, grad_hs, grad_cs):
         x, previous_hs, previous_cs, cs, gates, is_init, w_ih, w_hh = ctx.saved_tensors
         steps = x.shape[0]
-        # what does not depend on the gradients flowing back, for all steps at once: the step loop then holds only
-        # the recurrence (fewer operations for dynamo to trace, one per line below)
-        i, f, g, o = gates.chunk(4, -1)
-        tanh_cs = cs.tanh()
-        cell_from_hidden = o * (1 - tanh_cs * tanh_cs)
-        # d(gate)/d(pre-activation) times what multiplies the gate: input, forget, cell, output
-        factors = torch.cat((g * i * (1 - i), previous_cs * f * (1 - f), i * (1 - g * g), tanh_cs * o * (1 - o)), -1)
         grad_h = torch.zeros_like(previous_hs[0])
         grad_c = torch.zeros_like(previous_cs[0])
         grad_gates = [None] * steps
         for t in reversed(range(steps)):
+            i, f, g, o = gates[t].chunk(4, -1)
+            tanh_c = cs[t].tanh()
             grad_h = grad_hs[t] + grad_h
-            grad_c = grad_cs[t] + grad_c + grad_h * cell_from_hidden[t]
-            grad_gates[t] = torch.cat((grad_c, grad_c, grad_c, grad_h), -1) * factors[t]
+            grad_c = grad_cs[t] + grad_c + grad_h * o * (1 - tanh_c * tanh_c)
+            grad_gates[t] = torch.cat(
+                (
+                    grad_c * g * i * (1 - i),
+                    grad_c * previous_cs[t] * f * (1 - f),
+                    grad_c * i * (1 - g * g),
+                    grad_h * tanh_c * o * (1 - o),
+                ),
+                -1,
+            )
             grad_h = grad_gates[t] @ w_hh
-            grad_c = grad_c * f[t]
+            grad_c = grad_c * f
             # a step that starts an episode starts from zero, not from the previous step's state
             grad_h = torch.where(is_init[t], 0.0, grad_h)
             grad_c = torch.where(is_init[t], 0.0, grad_c)
@@ -132,21 +135,17 @@ class _GRULayer(torch.autograd.Function):
     def backward(ctx, grad_hs):
         x, previous_hs, saved, is_init, w_ih, w_hh = ctx.saved_tensors
         steps = x.shape[0]
-        # as in _LSTMLayer.backward: what does not depend on the gradients flowing back, for all steps at once
-        r, z, n, h_n = saved.chunk(4, -1)
-        new_from_hidden = (1 - z) * (1 - n * n)
-        update_from_hidden = (previous_hs - n) * z * (1 - z)
-        reset_from_new = h_n * r * (1 - r)
         grad_h = torch.zeros_like(previous_hs[0])
         grad_gates_x, grad_gates_h = [None] * steps, [None] * steps
         for t in reversed(range(steps)):
+            r, z, n, h_n = saved[t].chunk(4, -1)
             grad_h = grad_hs[t] + grad_h
-            grad_n = grad_h * new_from_hidden[t]
-            grad_r = grad_n * reset_from_new[t]
-            grad_z = grad_h * update_from_hidden[t]
+            grad_n = grad_h * (1 - z) * (1 - n * n)
+            grad_z = grad_h * (previous_hs[t] - n) * z * (1 - z)
+            grad_r = grad_n * h_n * r * (1 - r)
             grad_gates_x[t] = torch.cat((grad_r, grad_z, grad_n), -1)
-            grad_gates_h[t] = torch.cat((grad_r, grad_z, grad_n * r[t]), -1)
-            grad_h = grad_h * z[t] + grad_gates_h[t] @ w_hh
+            grad_gates_h[t] = torch.cat((grad_r, grad_z, grad_n * r), -1)
+            grad_h = grad_h * z + grad_gates_h[t] @ w_hh
             grad_h = torch.where(is_init[t], 0.0, grad_h)
         grad_gates_x = torch.stack(grad_gates_x).flatten(0, 1)
         grad_gates_h = torch.stack(grad_gates_h).flatten(0, 1)
