@@ -47,6 +47,23 @@ class PlainIsaacLabEnv(envs.IsaacLabEnv):
         return out
 
 
+def step_by_step(env, steps: int = 16) -> dict:
+    """Steps ``env`` as a collector does, with random actions: how many episodes ended, whether the next observations
+    of an ended episode's step are marked invalid (torchrl's own native auto-reset step writes NaN there; the
+    package's :class:`~isaaclab_torchrl.autoreset.AutoResetEnv` does not), and whether each step's episode-start
+    flag is the previous step's ``done``."""
+    torch.manual_seed(1)
+    state, ended, marked, starts_follow_done = env.reset(), 0, False, True
+    for _ in range(steps):
+        state["action"] = env.action_spec.rand()
+        data, state = env.step_and_maybe_reset(state)
+        done = data["next", "done"].squeeze(-1)
+        ended += int(done.sum())
+        marked |= bool(data["next", "policy"][done].isnan().any())
+        starts_follow_done &= torch.equal(state["is_init"], data["next", "done"])
+    return {"ended": ended, "marked": marked, "starts_follow_done": starts_follow_done}
+
+
 def collect(agent: str, plain: bool, graphed: bool, every_state: bool) -> dict:
     argv = ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", str(NUM_ENVS), "--device", "cpu"]
     args, hydra_args = parse_args(make_train_parser(), [*argv, "--viz", "none", "physics=newton_mjwarp", *OVERRIDES])
@@ -61,17 +78,18 @@ def collect(agent: str, plain: bool, graphed: bool, every_state: bool) -> dict:
         env,
         policy,
         frames_per_batch=NUM_ENVS * STEPS,
-        total_frames=NUM_ENVS * STEPS * ROLLOUTS,
+        total_frames=-1,  # the env stays open after the rollouts: step_by_step steps it
         device="cpu",
         compact_obs=True,
         auto_register_policy_transforms=True,
         cudagraph_policy=graphed,
         every_state=every_state,
     )
-    batches = [batch.clone().to_dict() for batch in collector]
+    batches = [batch.clone().to_dict() for _, batch in zip(range(ROLLOUTS), collector)]
     # torchrl marks a step of inductor's CUDA graph trees before each call of a policy it graphs itself
     graph_trees = "torch._inductor.cudagraph_trees" in sys.modules
     runs = type(collector._wrapped_policy).__name__
+    stepped = step_by_step(env)
     collector.shutdown()
     env.close()
     return {
@@ -79,6 +97,7 @@ def collect(agent: str, plain: bool, graphed: bool, every_state: bool) -> dict:
         "policy_out_keys": [str(key) for key in policy.out_keys],
         "inductor_graph_trees": graph_trees,
         "runs": runs,
+        "step_by_step": stepped,
     }
 
 

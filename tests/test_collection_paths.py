@@ -65,6 +65,15 @@ def test_the_collection_path_collects_the_plain_paths_batches(rollouts, agent):
     assert ((ROLLOUT_START_KEY, "actor_rnn_h") in our_leaves) == (agent == "torchrl_lstm")
 
 
+@pytest.mark.parametrize("agent", ["torchrl", "torchrl_lstm"])
+def test_the_workers_step_writes_the_masks_only(rollouts, agent):
+    """The worker's env steps with :class:`~isaaclab_torchrl.autoreset.AutoResetEnv`'s own step, not torchrl's (which
+    marks the next observations of ended episodes with NaN), and starts each episode where the last one's done is."""
+    stepped = rollouts["ours"][agent]["step_by_step"]
+    assert stepped["ended"] > 0, stepped
+    assert not stepped["marked"] and stepped["starts_follow_done"], stepped
+
+
 def test_a_batch_holds_the_recurrent_state_its_rollout_starts_from(rollouts):
     ours, every = rollouts["ours"]["torchrl_lstm"]["batches"], rollouts["every"]["torchrl_lstm"]["batches"]
     keys = ["actor_rnn_h", "actor_rnn_c", "critic_rnn_h", "critic_rnn_c"]

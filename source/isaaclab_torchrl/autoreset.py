@@ -57,15 +57,19 @@ class AutoResetEnv(TransformedEnv):
       true final observations under ``("next", "final_obs")`` and ``compact_obs`` drops the ``"next"``
       observations from the batches: nothing reads the marks. Left out here; upstream, an env that declares its
       final observations apart would skip them.
-    * each done flag is cloned, the clones OR-ed and cloned again as the reset mask, cloned again as ``is_init``
-      and zeroed in place: Isaac Lab's ``done`` is already the union, and nothing writes it in place; the next
-      step's flags are one tensor of zeros.
+    * each done flag is cloned; the clones are OR-ed into the reset mask, which is cloned; each clone is cloned again
+      as ``is_init`` (the first part's bug) and zeroed in place: Isaac Lab's ``done`` is already the union, and
+      nothing writes it in place; the next step's flags are one tensor of zeros.
 
     What the three cost per env step: ``docs/benchmarks.md`` (per env step in a worker).
     """
 
+    DONE_KEYS = frozenset(("done", "terminated", "truncated"))
+    """The done flags this step handles (Isaac Lab's wrapper's); with others, torchrl's step runs."""
+
     def _step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        if not self.__dict__.get("_torchrl_native_autoreset", False):  # torchrl's reset call (tests' plain path)
+        native = self.__dict__.get("_torchrl_native_autoreset", False)  # else torchrl's reset call (a test's path)
+        if not native or set(self.done_keys) != self.DONE_KEYS:
             return super()._step_and_maybe_reset(tensordict)
         if tensordict.device != self.device:
             tensordict = tensordict.to(self.device)
@@ -77,7 +81,7 @@ class AutoResetEnv(TransformedEnv):
         # the transforms (step count, episode return, recurrent states) reset their ended episodes from the mask
         tensordict_.set("_reset", done)
         tensordict_ = self._reset_on_native_autoreset(tensordict_, tensordict_)
-        del tensordict_["_reset"]
+        tensordict_.pop("_reset", None)
         if "is_init" in tensordict_.keys():
             tensordict_.set("is_init", done)
         running = torch.zeros_like(done)
