@@ -18,9 +18,11 @@ step of:
 * ``storage``: copying one rollout to the host (what ``storing_device=cpu`` adds per step, in bulk).
 
 ``--op_counts`` counts the tensor operations each part dispatches per env step (torch's, views left out; Warp's
-kernels inside the simulator are not torch's and not counted): on a GPU each is a kernel launch or a host-side op, so
-the count is what the host pays per step whatever the device (``ops``, and with ``--op_sites`` the code that issued
-them outside Isaac Lab's env, ``op_sites``).
+kernels inside the simulator are not torch's and not counted; the random actions and the observation copies this
+benchmark feeds the parts are not counted): on a GPU each is a kernel launch or a host-side op, so the count is what
+the host pays per step on any device, but for a graphed policy, whose count is that of its input copies, its replay
+and its output copy (``ops``, and with ``--op_sites`` the code that issued them outside Isaac Lab's env,
+``op_sites``).
 
 On a GPU ``--sync_sites`` also counts the calls that make the host wait for the device (torch's sync debug mode)
 during ``--steps`` wrapped steps and during the collector's rollouts of as many steps, by the code that made them.
@@ -129,10 +131,15 @@ def issuer(stack) -> str:
     return " < ".join(f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno}" for frame in reversed(frames))
 
 
-def ops_per_step(run, steps: int, sites: bool) -> tuple[float, dict[str, float]]:
-    """Tensor operations per env step while ``run()`` makes ``steps`` env steps, and per issuing site."""
-    with OpCount(sites) as counter:
-        run()
+def ops_per_step(step, calls: int, steps_per_call: int, sites: bool, prepare=tuple) -> tuple[float, dict]:
+    """Tensor operations per env step in ``calls`` calls of ``step(*prepare())``, each ``steps_per_call`` env steps,
+    counted inside ``step`` only, and per issuing site."""
+    counter = OpCount(sites)
+    for _ in range(calls):
+        inputs = prepare()
+        with counter:
+            step(*inputs)
+    steps = calls * steps_per_call
     by_site = {site: count / steps for site, count in (counter.sites or collections.Counter()).most_common()}
     return counter.count / steps, by_site
 
@@ -161,9 +168,12 @@ def main(argv: list[str]) -> int:
     actions = torch.randn(gym_env.action_space.shape, device=device)
     state = {"td": env.reset()}
 
-    def wrapper_step():
-        state["td"]["action"] = torch.randn(env.action_spec.shape, device=device)
+    def wrapped_step(action: torch.Tensor):
+        state["td"]["action"] = action
         _, state["td"] = env.step_and_maybe_reset(state["td"])
+
+    def wrapper_step():
+        wrapped_step(torch.randn(env.action_spec.shape, device=device))
 
     # the raw and the wrapped step from the same simulation state: blocks of each, alternating, after a warm-up of
     # both (the first steps after a reset cost more than the later ones), the median block of each
@@ -177,9 +187,10 @@ def main(argv: list[str]) -> int:
     results.update({name: statistics.median(times) for name, times in blocks.items()})
     ops, op_sites = {}, {}
     if args.op_counts:
-        for name, step in parts.items():
+        steps = {"simulator": gym_env.step, "wrapper": wrapped_step}
+        for name, step in steps.items():
             ops[name], op_sites[name] = ops_per_step(
-                lambda step=step: [step() for _ in range(args.steps)], args.steps, args.op_sites
+                step, args.steps, 1, args.op_sites, prepare=lambda: (torch.randn_like(actions),)
             )
     if args.sync_sites and device.type == "cuda":
         results["sync_sites_wrapper"] = sync_sites(lambda n: [wrapper_step() for _ in range(n)], args.steps)
@@ -197,7 +208,7 @@ def main(argv: list[str]) -> int:
         results["inference"] = per_step_ms(lambda: run(observation.clone()), args.steps, synchronize)
         if args.op_counts:
             ops["inference"], op_sites["inference"] = ops_per_step(
-                lambda: [run(observation.clone()) for _ in range(args.steps)], args.steps, args.op_sites
+                run, args.steps, 1, args.op_sites, prepare=lambda: (observation.clone(),)
             )
     memory["policy"] = memory_use(device)
 
@@ -228,9 +239,7 @@ def main(argv: list[str]) -> int:
         results["sync_sites_steps"] = {"wrapper": args.steps, "collector": rollouts_timed * rollout_steps}
     if args.op_counts:
         rollouts_counted = max(1, args.steps // rollout_steps)
-        ops["collector"], op_sites["collector"] = ops_per_step(
-            lambda: [collect() for _ in range(rollouts_counted)], rollouts_counted * rollout_steps, args.op_sites
-        )
+        ops["collector"], op_sites["collector"] = ops_per_step(collect, rollouts_counted, rollout_steps, args.op_sites)
         results["ops"] = ops
         if args.op_sites:
             results["op_sites"] = op_sites
