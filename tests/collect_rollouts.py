@@ -12,6 +12,7 @@ With ``--every-state`` it stores the recurrent state of every step, not the one 
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import torch
@@ -85,7 +86,7 @@ def collect(agent: str, plain: bool, graphed: bool, every_state: bool) -> dict:
         cudagraph_policy=graphed,
         every_state=every_state,
     )
-    batches = [batch.clone().to_dict() for _, batch in zip(range(ROLLOUTS), collector)]
+    batches = [batch.clone().to_dict() for batch in itertools.islice(collector, ROLLOUTS)]
     # torchrl marks a step of inductor's CUDA graph trees before each call of a policy it graphs itself
     graph_trees = "torch._inductor.cudagraph_trees" in sys.modules
     runs = type(collector._wrapped_policy).__name__
