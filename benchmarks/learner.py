@@ -33,8 +33,8 @@ from tensordict import TensorDict
 
 COMPILE_TIMERS = ("bytecode_tracing", "OutputGraph.call_user_compiler", "AOTAutogradCache.inductor_load")
 COMPILE_TIMERS += ("PyCodeCache.load_by_key_path", "create_aot_dispatcher_function", "compile_fx_inner")
-"""torch's compile timers the result reports: dynamo's tracing, the compiler's part and, within it, the caches'
-loads or, without them, AOTAutograd's and inductor's compilation."""
+"""torch's compile timers the result reports: dynamo's tracing, the compiler's part, the caches' loads and, without
+them, AOTAutograd's and inductor's compilation (the backward graph's compiles later, outside the compiler's part)."""
 
 # observation and action sizes of the tasks (read here instead of from a simulation, which this benchmark avoids)
 TASK_SIZES = {"Isaac-Cartpole-Direct": (4, 1), "Isaac-Velocity-Flat-AnymalD": (48, 12)}
