@@ -1,13 +1,14 @@
 """Collects rollouts of Cartpole-Direct on the CPU as a training worker does, with an MLP and then a recurrent
 policy from fixed seeds, and saves them: ``python tests/collect_rollouts.py OUT [--plain | --graphed | --every-state]``.
 
-With ``--plain`` the environment is Isaac Lab's own torchrl wrapper with this package's additions and torchrl's
-reset path (a reset call after every step with a finished episode, which Isaac Lab has already reset), and the
-collector keeps trajectory ids; without it, this package's :class:`~isaaclab_torchrl.envs.IsaacLabEnv` (torchrl's
-native auto-reset) and an asynchronous worker's collector. The two must collect the
-same batches (``tests/test_collection_paths.py``). With ``--graphed`` the asynchronous worker's collector runs the
-policy as ``agent.collector.cudagraph_policy`` does (on the CPU tensordict's ``CudaGraphModule`` calls it eagerly).
-With ``--every-state`` it stores the recurrent state of every step, not the one each rollout starts from.
+With ``--plain`` the environment is Isaac Lab's own torchrl wrapper with this package's additions, torchrl's
+reset path (a reset call after every step with a finished episode, which Isaac Lab has already reset) and torchrl's
+``StepCounter`` and ``RewardSum`` transforms for the episodes' running sums, and the collector keeps trajectory
+ids; without it, this package's :class:`~isaaclab_torchrl.envs.IsaacLabEnv` (torchrl's native auto-reset) and an
+asynchronous worker's collector. The two must collect the same batches (``tests/test_collection_paths.py``).
+With ``--graphed`` the asynchronous worker's collector runs the policy as ``agent.collector.cudagraph_policy`` does
+(on the CPU tensordict's ``CudaGraphModule`` calls it eagerly). With ``--every-state`` it stores the recurrent state
+of every step, not the one each rollout starts from.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 import torch
 from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
+from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl import envs, training
@@ -33,11 +35,16 @@ AGENTS = ("torchrl", "torchrl_lstm")
 
 class PlainIsaacLabEnv(envs.IsaacLabEnv):
     """Isaac Lab's wrapper's step (the final observations written into the next observations) and torchrl's reset
-    path, with the same final observations and episode terms as :class:`~isaaclab_torchrl.envs.IsaacLabEnv`."""
+    path, with the same final observations and episode terms as :class:`~isaaclab_torchrl.envs.IsaacLabEnv` and
+    without its running sums (:func:`plain_transformed_env` adds torchrl's)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         del self._torchrl_native_autoreset
+        spec = self.observation_spec.clone()
+        for key in envs.EPISODE_SUMS:
+            del spec[key]
+        self.observation_spec = spec
 
     _terminal_observations = IsaacLabTorchRLWrapper._terminal_observations
 
@@ -46,6 +53,14 @@ class PlainIsaacLabEnv(envs.IsaacLabEnv):
         out[envs.FINAL_OBS_KEY] = out.select(*self.next_obs_keys)
         out[envs.EPISODE_LOG_KEY] = self._episode_log()
         return out
+
+    def _reset(self, tensordict=None, **kwargs):
+        return super()._reset(tensordict, **kwargs).exclude(*envs.EPISODE_SUMS)
+
+
+def plain_transformed_env(env):
+    """The env of the plain path: torchrl's transforms keep the episodes' running sums."""
+    return TransformedEnv(env, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
 
 
 def step_by_step(env, steps: int = 16) -> dict:
@@ -104,8 +119,8 @@ def collect(agent: str, plain: bool, graphed: bool, every_state: bool) -> dict:
 
 def main(out: str, flags: list[str]) -> None:
     plain, graphed, every_state = (flag in flags for flag in ("--plain", "--graphed", "--every-state"))
-    if plain:
-        envs.IsaacLabEnv = PlainIsaacLabEnv  # what the factory builds in this process
+    if plain:  # what the factory builds in this process
+        envs.IsaacLabEnv, envs.AutoResetEnv = PlainIsaacLabEnv, plain_transformed_env
     torch.save({agent: collect(agent, plain, graphed, every_state) for agent in AGENTS}, out)
 
 

@@ -78,7 +78,7 @@ class AutoResetEnv(TransformedEnv):
         if self._post_step_mdp_hooks is not None:
             tensordict, tensordict_ = self._post_step_mdp_hooks(tensordict, tensordict_)
         done = tensordict.get(("next", "done"))
-        # the transforms (step count, episode return, recurrent states) reset their ended episodes from the mask
+        # the env (its running sums) and the transforms (the recurrent states) reset the ended episodes from the mask
         tensordict_.set("_reset", done)
         tensordict_ = self._reset_on_native_autoreset(tensordict_, tensordict_)
         tensordict_.pop("_reset", None)

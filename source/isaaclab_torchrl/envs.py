@@ -12,7 +12,6 @@ from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import expand_as_right
 from torchrl.data import Composite, Unbounded
-from torchrl.envs import Compose, RewardSum, StepCounter
 
 from .autoreset import AutoResetEnv
 from .models import EnvInterface
@@ -21,6 +20,9 @@ FINAL_OBS_KEY = "final_obs"
 """Sub-tensordict of ``"next"`` with the true next observation of the critic's input (see :class:`IsaacLabEnv`)."""
 EPISODE_LOG_KEY = "episode_log"
 """Sub-tensordict of ``"next"`` with Isaac Lab's ``extras["log"]`` terms at the steps where episodes ended."""
+EPISODE_SUMS = {"episode_reward": torch.float32, "step_count": torch.int64}
+"""Each environment's running return and length since its episode started (the keys of torchrl's ``RewardSum`` and
+``StepCounter``), as observations: the root value before a step, ``"next"`` the value after it."""
 
 
 class IsaacLabEnv(IsaacLabTorchRLWrapper):
@@ -32,6 +34,9 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
       observations, and GAE needs both to bootstrap with V(s_T). The entry is declared in the reward spec,
       the spec of per-step outputs that are neither dropped by ``compact_obs`` nor carried to the next step
       by ``step_mdp``.
+    * ``episode_reward`` and ``step_count`` (:data:`EPISODE_SUMS`) are the running return and length of each
+      episode, as torchrl's ``RewardSum`` and ``StepCounter`` keep them, in two operations per step each: the step
+      adds the reward and 1, and the native auto-reset zeroes them where an episode ended.
     * ``("next", "episode_log", <name>)`` carries Isaac Lab's ``extras["log"]`` terms (``Episode_Reward/*``,
       ``Episode_Termination/*``, ``Curriculum/*``, ...) out of the worker: each step's value repeated for every
       environment; it is fresh on the rows whose episode ended at that step (``done``), so the mean over those rows
@@ -61,6 +66,10 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         # the observations' dtypes
         obs, _ = self.env.reset()
         self._declare_observation_dtypes(obs)
+        spec = self.observation_spec.clone()
+        for key, dtype in EPISODE_SUMS.items():
+            spec[key] = Unbounded((*self.batch_size, 1), dtype=dtype, device=self.device)
+        self.observation_spec = spec
         self.log_names = sorted(self.unwrapped.extras.get("log", {}).keys())
         rewards = self.full_reward_spec.clone()
         if self.next_obs_keys:
@@ -85,6 +94,8 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         out = super()._step(tensordict)
+        out["episode_reward"] = tensordict.get("episode_reward") + out["reward"]
+        out["step_count"] = tensordict.get("step_count") + 1
         if self.log_names:
             out[EPISODE_LOG_KEY] = self._episode_log()
         return out
@@ -104,8 +115,17 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
             }
         return obs
 
+    def _reset_on_native_autoreset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase):
+        """The running sums start again where an episode ended (the reset mask: the step's ``done``)."""
+        reset = tensordict.get("_reset")
+        for key in EPISODE_SUMS:
+            tensordict_reset.set(key, tensordict_reset.get(key).masked_fill(reset, 0))
+        return tensordict_reset
+
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         out = super()._reset(tensordict, **kwargs)
+        for key, dtype in EPISODE_SUMS.items():
+            out[key] = torch.zeros((*self.batch_size, 1), dtype=dtype, device=self.device)
         full_reset = tensordict is None or tensordict.get("_reset", None) is None
         if full_reset and self.random_episode_start:
             # rsl_rl's init_at_random_ep_len: spread the first time-outs so episodes do not end in lockstep
@@ -264,7 +284,7 @@ class IsaacLabEnvFactory:
         )
         # the runtime closes when the environment is garbage-collected with it
         wrapped._simulation = simulation
-        env = AutoResetEnv(wrapped, Compose(StepCounter(), RewardSum(in_keys=["reward"])))
+        env = AutoResetEnv(wrapped)
         actual = env_interface(env) if self.expected_interface is not None else None
         if actual is not None and actual != self.expected_interface:
             if self.interface_cache_file:

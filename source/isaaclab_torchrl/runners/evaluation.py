@@ -45,8 +45,8 @@ class EvaluationResult:
 
 
 def evaluate_episodes(env, actor) -> tuple[list[float], list[int]]:
-    """Steps all environments of ``env`` (a wrapped env with a reward sum, a step counter and, for a recurrent actor,
-    its primers) from a reset with ``actor``'s mean action until each has finished its first episode.
+    """Steps all environments of ``env`` (a factory's env, with its episodes' running sums and, for a recurrent
+    actor, its primers) from a reset with ``actor``'s mean action until each has finished its first episode.
 
     Returns:
         Each environment's return and length of its first episode.
