@@ -10,6 +10,7 @@ package and the learner: the two import torch, torchrl and Isaac Lab side by sid
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import multiprocessing.forkserver
 import sys
@@ -30,12 +31,25 @@ def start_worker_server() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
+def import_training():
+    """The package and the learner (:mod:`isaaclab_torchrl.training`), imported while the server imports the
+    workers' modules: without the cyclic garbage collector, and then frozen, as the server's preload
+    (``isaaclab_torchrl.workers.long_lived_imports``, which this script cannot import before the server starts)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        from isaaclab_torchrl import training
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+    return training
+
+
 def main(argv: list[str]) -> int:
     if not NO_TRAINING & set(argv):
         start_worker_server()
-    from isaaclab_torchrl import training  # the package and the learner, while the server imports the workers'
-
-    return training.main(argv)
+    return import_training().main(argv)
 
 
 if __name__ == "__main__":

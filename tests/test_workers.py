@@ -40,5 +40,26 @@ def test_a_worker_starts_with_the_servers_imports_and_without_warp_or_cuda(offli
     )
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads(result.stdout.strip().splitlines()[-1])
+    # the server's preload ran without the garbage collector and froze what it built (the worker's collections skip
+    # it: a million objects); the worker collects its own garbage
+    assert state.pop("enabled") is True
+    assert state.pop("frozen") > 500_000
     # with the switch alone, the server's import of the package set the root before it imported Isaac Lab
     assert state == {"missing": [], "warp": False, "cuda": False, "asset_root": OFFLINE_ASSET_ROOT}
+
+
+def test_the_training_script_imports_the_learner_with_its_objects_frozen_and_the_collector_on():
+    # the package and the learner import without the garbage collector (its full passes over the imported modules
+    # took a quarter of the imports) and are frozen after; the collector runs again for the training
+    code = (
+        "import gc, runpy, sys; training = runpy.run_path(sys.argv[1], run_name='imported')['import_training']();"
+        "print(training.__name__, gc.isenabled(), gc.get_freeze_count())"
+    )
+    script = os.path.join(REPO, "scripts", "train.py")
+    result = subprocess.run(
+        [sys.executable, "-c", code, script], env=script_env(), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    name, enabled, frozen = result.stdout.strip().splitlines()[-1].split()
+    assert (name, enabled) == ("isaaclab_torchrl.training", "True")
+    assert int(frozen) > 500_000

@@ -1,9 +1,11 @@
 """Starts the workers' fork server with ``scripts/train.py``'s own function and forks one process from it, which
-prints as JSON which of the server's modules it lacks, whether Warp or CUDA is initialised in it, and the asset root
-Isaac Lab resolved when the server imported it (``tests/test_workers.py``)."""
+prints as JSON which of the server's modules it lacks, whether Warp or CUDA is initialised in it, the asset root Isaac
+Lab resolved when the server imported it, and whether its garbage collector runs, with the server's objects frozen
+(``tests/test_workers.py``)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import runpy
@@ -20,7 +22,8 @@ def report(queue) -> None:
     expected = ["isaaclab_torchrl", "isaaclab_torchrl.fork_server", *WORKER_MODULES]
     missing = [module for module in expected if module not in sys.modules]
     warp, cuda = context.runtime is not None, torch.cuda.is_initialized()
-    queue.put({"missing": missing, "warp": warp, "cuda": cuda, "asset_root": assets.NUCLEUS_ASSET_ROOT_DIR})
+    collector = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
+    queue.put({"missing": missing, "warp": warp, "cuda": cuda, "asset_root": assets.NUCLEUS_ASSET_ROOT_DIR} | collector)
 
 
 if __name__ == "__main__":

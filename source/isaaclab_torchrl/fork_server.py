@@ -6,12 +6,16 @@ Once the package is imported it has the kernel kill the server the moment the ma
 the workers forked from the server die with it (:func:`~isaaclab_torchrl.runners.safety.init_worker`). Left to
 itself the server would wait for every worker to end first, and a worker that no longer runs (stopped, or hung in
 the simulator) never would.
+
+The preload runs without Python's cyclic garbage collector, and what it built is frozen before any fork
+(:func:`~isaaclab_torchrl.workers.long_lived_imports`).
 """
 
 import importlib
 
-from isaaclab_torchrl.workers import WORKER_MODULES, end_with_parent
+from isaaclab_torchrl.workers import WORKER_MODULES, end_with_parent, long_lived_imports
 
 end_with_parent()
-for module in WORKER_MODULES:
-    importlib.import_module(module)
+with long_lived_imports():
+    for module in WORKER_MODULES:
+        importlib.import_module(module)
