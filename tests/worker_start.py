@@ -6,6 +6,7 @@ Lab resolved when the server imported it, and whether its garbage collector runs
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import os
 import runpy
@@ -17,9 +18,10 @@ def report(queue) -> None:
     from isaaclab.utils import assets
     from warp._src import context
 
-    from isaaclab_torchrl.workers import WORKER_MODULES
+    from isaaclab_torchrl.workers import OPTIONAL_WORKER_MODULES, WORKER_MODULES
 
-    expected = ["isaaclab_torchrl", "isaaclab_torchrl.fork_server", *WORKER_MODULES]
+    installed = [module for module in OPTIONAL_WORKER_MODULES if importlib.util.find_spec(module.split(".")[0])]
+    expected = ["isaaclab_torchrl", "isaaclab_torchrl.fork_server", *WORKER_MODULES, *installed]
     missing = [module for module in expected if module not in sys.modules]
     warp, cuda = context.runtime is not None, torch.cuda.is_initialized()
     collector = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}

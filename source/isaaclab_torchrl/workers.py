@@ -37,6 +37,14 @@ imports nothing at its top but the standard library. A preloaded module that fai
 silently: ``tests/test_workers.py`` checks that a worker starts with every one of them, and with neither Warp nor
 CUDA initialised."""
 
+OPTIONAL_WORKER_MODULES = (
+    "moviepy.editor",  # Isaac Lab's video recorder, which its env classes import
+    "leapp",  # LEAPP, which Isaac Lab's sensors import for their export annotations
+)
+"""What the fork server imports after :data:`WORKER_MODULES` when it is installed: Isaac Lab's optional dependencies
+that its simulation modules import if they can (0.9 s of a worker's imports after the fork on the 2-core CPU),
+neither of which initialises Warp."""
+
 
 def worker_context():
     """The multiprocessing context workers start with: the server's when ``scripts/train.py`` made it the
