@@ -49,8 +49,8 @@ def test_a_worker_starts_with_the_servers_imports_and_without_warp_or_cuda(offli
 
 
 def test_the_training_script_imports_the_learner_with_its_objects_frozen_and_the_collector_on():
-    # the package and the learner import without the garbage collector (its full passes over the imported modules
-    # took a quarter of the imports) and are frozen after; the collector runs again for the training
+    # the package and the learner import without the garbage collector (each full pass traverses every imported
+    # module's objects) and are frozen after; the collector runs again for the training
     code = (
         "import gc, runpy, sys; training = runpy.run_path(sys.argv[1], run_name='imported')['import_training']();"
         "print(training.__name__, gc.isenabled(), gc.get_freeze_count())"

@@ -42,8 +42,8 @@ OPTIONAL_WORKER_MODULES = (
     "leapp",  # LEAPP, which Isaac Lab's sensors import for their export annotations
 )
 """What the fork server imports after :data:`WORKER_MODULES` when it is installed: Isaac Lab's optional dependencies
-that its simulation modules import if they can (0.9 s of a worker's imports after the fork on the 2-core CPU),
-neither of which initialises Warp."""
+that its simulation modules import if they can (otherwise a worker imports them after the fork), neither of which
+initialises Warp."""
 
 
 def worker_context():
@@ -65,12 +65,12 @@ def long_lived_imports():
     """Imports in the block run without Python's cyclic garbage collector, and the objects they built are then
     frozen (``gc.freeze``): later collections, in this process and in the processes forked from it, skip them.
 
-    Modules live as long as the process, yet each full collection during the imports traversed all of them: the fork
-    server's preload (1.1 million objects) spent 1.9 s of its 5.3-6.2 s in 10 full collections, and a worker forked
-    from it 0.6 s more after the fork (2-core CPU; ``docs/benchmarks.md``). Freezing before the forks is what
-    Python's documentation advises for a process that forks workers: their collections then leave the server's pages
-    shared. The garbage the imports left stays (8 MB in the server). Used by the fork server and, inline (it imports
-    nothing of the package first), by ``scripts/train.py``.
+    Modules live as long as the process, yet each full collection during the imports traverses all the objects built
+    so far (over a million by the end of the fork server's preload), and a worker's first full collection after the
+    fork traverses the server's again; the measured share of the start is in ``docs/benchmarks.md`` (the start of a
+    run). Freezing before the forks is what Python's documentation advises for a process that forks workers: their
+    collections then leave the server's pages shared. The garbage the imports left stays frozen. Used by the fork
+    server and, inline (it imports nothing of the package first), by ``scripts/train.py``.
     """
     enabled = gc.isenabled()
     gc.disable()
