@@ -14,19 +14,26 @@ import pytest
 from helpers import OFFLINE_ASSET_ROOT, REPO, script_env
 
 
+def with_training_script(code: str) -> str:
+    """The last line ``code`` prints in a fresh interpreter where ``script`` is the training script, run as a module
+    (its functions defined, ``main`` not called)."""
+    code = "import runpy, sys; script = runpy.run_path(sys.argv[1], run_name='imported');" + code
+    result = subprocess.run(
+        [sys.executable, "-c", code, os.path.join(REPO, "scripts", "train.py")],
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
 def test_the_training_script_imports_nothing_of_the_package_before_it_starts_the_worker_server():
     # what the script imports at its top, before main() starts the server: the standard library alone, so the server
     # starts at once and imports torch, Isaac Lab and the rest while the script imports them too
-    code = (
-        "import runpy, sys; runpy.run_path(sys.argv[1], run_name='imported');"
-        "print(sorted(m for m in ('torch', 'isaaclab', 'isaaclab_torchrl', 'tensordict') if m in sys.modules))"
-    )
-    script = os.path.join(REPO, "scripts", "train.py")
-    result = subprocess.run(
-        [sys.executable, "-c", code, script], env=script_env(), capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    modules = "('torch', 'isaaclab', 'isaaclab_torchrl', 'tensordict')"
+    assert with_training_script(f"print(sorted(m for m in {modules} if m in sys.modules))") == "[]"
 
 
 @pytest.mark.parametrize("offline_switch", [False, True], ids=["asset_root", "offline_switch"])
@@ -51,15 +58,7 @@ def test_a_worker_starts_with_the_servers_imports_and_without_warp_or_cuda(offli
 def test_the_training_script_imports_the_learner_with_its_objects_frozen_and_the_collector_on():
     # the package and the learner import without the garbage collector (each full pass traverses every imported
     # module's objects) and are frozen after; the collector runs again for the training
-    code = (
-        "import gc, runpy, sys; training = runpy.run_path(sys.argv[1], run_name='imported')['import_training']();"
-        "print(training.__name__, gc.isenabled(), gc.get_freeze_count())"
-    )
-    script = os.path.join(REPO, "scripts", "train.py")
-    result = subprocess.run(
-        [sys.executable, "-c", code, script], env=script_env(), capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    name, enabled, frozen = result.stdout.strip().splitlines()[-1].split()
+    code = "import gc; name = script['import_training']().__name__; print(name, gc.isenabled(), gc.get_freeze_count())"
+    name, enabled, frozen = with_training_script(code).split()
     assert (name, enabled) == ("isaaclab_torchrl.training", "True")
     assert int(frozen) > 500_000
