@@ -46,6 +46,22 @@ def test_the_compiled_losses_with_symmetry_are_one_graph():
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
 
 
+def test_the_compiled_losses_read_the_minibatch_and_the_networks_only():
+    """The loss's coefficients are constants of the graph, not inputs: as tensors they were buffers of the loss on the
+    CPU (a CUDA graph replays no host-side branch on a GPU tensor), so the GPU's compiled update computed on them with
+    CPU kernels, which made inductor check the CPU's vector instructions in every learner process."""
+    cfg = _cfg(None, **ONE_STEP)
+    cfg.compile = True
+    cfg.algorithm.use_clipped_value_loss = True
+    learner = PPO(cfg, INTERFACE, "cpu")
+    minibatch = learner.gae(_batch(None)).select(*learner.loss_keys).reshape(-1)
+    with torch._dynamo.config.patch(**COMPILE_SETTINGS):
+        (graph,) = torch._dynamo.explain(learner.losses)(minibatch).graphs
+    inputs = [node.target for node in graph.graph.nodes if node.op == "placeholder"]
+    assert any("_minibatch_" in name for name in inputs)
+    assert [name for name in inputs if "_self_loss_buffers_" in name] == []
+
+
 def test_the_compiled_recurrent_update_equals_the_plain_pytorch_one():
     """The losses and the recurrent pass's written-out backward, as inductor compiles them, update the networks as
     the plain PyTorch PPO does (the GPU's graphed update runs this compiled code)."""

@@ -1,13 +1,16 @@
 """PPO's loss: torchrl's clipped PPO loss with rsl_rl's KL of the adaptive learning rate and rsl_rl's symmetry terms.
 
 The changes to torchrl's :class:`~torchrl.objectives.ClipPPOLoss` that the update needs, each a proposed upstream
-change: the value clip a Python number (``torch.compile`` then traces the loss in one graph; a tensor coefficient
-breaks it at every ``if self.clip_value:``), the Gaussian KL written out (torch.distributions' lookup of the formula
-breaks the graph too), and no statistics that nothing reads (an option to leave out the logged ones; the measured
-cost is in ``docs/benchmarks.md``).
+change: the coefficients Python numbers (``torch.compile`` then traces the loss in one graph, where a tensor value
+clip breaks it at every ``if self.clip_value:``, and bakes them into the kernels, where tensors on the CPU, as a CUDA
+graph needs its host-side branches, added CPU kernels to a GPU graph), the Gaussian KL written out
+(torch.distributions' lookup of the formula breaks the graph too), and no statistics that nothing reads (an option to
+leave out the logged ones; the measured cost is in ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -30,15 +33,20 @@ class ClipPPOLossWithKL(ClipPPOLoss):
     all copies.
     """
 
-    def __init__(self, *args, mirror: Mirror | None = None, augmented: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
+    COEFFICIENTS = frozenset(("clip_value", "entropy_coeff", "critic_coeff"))
+    """torchrl's coefficient buffers that this loss keeps as Python numbers."""
+
+    def __init__(self, *args, clip_epsilon: float, mirror: Mirror | None = None, augmented: bool = False, **kwargs):
+        super().__init__(*args, clip_epsilon=clip_epsilon, **kwargs)
+        self.clip_bounds = (math.log1p(-clip_epsilon), math.log1p(clip_epsilon))
+        """The clip of the log-ratio (torchrl's ``_clip_bounds``, from its ``clip_epsilon`` buffer)."""
         self.mirror = mirror
         self.copies = mirror.copies if mirror is not None and augmented else 1
         """Copies of every sample in a minibatch (1: not augmented)."""
 
     def register_coeff_buffer(self, name, value, **kwargs) -> None:
-        if name == "clip_value" and value is not None:
-            self.clip_value = float(value)
+        if name in self.COEFFICIENTS and value is not None:
+            setattr(self, name, float(value))
             return
         super().register_coeff_buffer(name, value, **kwargs)
 
@@ -68,7 +76,7 @@ class ClipPPOLossWithKL(ClipPPOLoss):
         # no importance weight of torchrl's (its delayed actor and ratio cap are off): the lag correction weights
         # the advantages itself (PPO.update)
         log_weight, dist, kl, _ = self._log_weight(tensordict, adv_shape=advantage.shape[:-1])
-        clipped = log_weight.clamp(*self._clip_bounds)
+        clipped = log_weight.clamp(*self.clip_bounds)
         gain = torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
         entropy = self._get_entropy(dist, advantage.shape[:-1])
         loss_critic, _, _ = self.loss_critic(tensordict)

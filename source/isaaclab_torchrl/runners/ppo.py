@@ -105,9 +105,6 @@ class PPO:
             log_explained_variance=False,  # not logged
             # the networks themselves, not functional copies of their parameters swapped in at every call
             functional=False,
-            # a CUDA graph cannot replay the loss's host-side branches on its coefficients (`if clip_value:`)
-            # when they live on the GPU
-            device="cpu" if cfg.cudagraphs else None,
             mirror=self.mirror,
             augmented=self.augmented,
         )
