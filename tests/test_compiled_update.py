@@ -48,8 +48,8 @@ def test_the_compiled_losses_with_symmetry_are_one_graph():
 
 def test_the_compiled_losses_read_the_minibatch_and_the_networks_only():
     """The loss's coefficients are constants of the graph, not inputs: as tensors they were buffers of the loss on the
-    CPU (a CUDA graph replays no host-side branch on a GPU tensor), so the GPU's compiled update computed on them with
-    CPU kernels, which made inductor check the CPU's vector instructions in every learner process."""
+    CPU (a CUDA graph replays no host-side branch on a GPU tensor), so the GPU's compiled update computed the clip
+    bounds on the CPU, work that inductor compiles to C++ after checking the CPU's vector instructions."""
     cfg = _cfg(None, **ONE_STEP)
     cfg.compile = True
     cfg.algorithm.use_clipped_value_loss = True

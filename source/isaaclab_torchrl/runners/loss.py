@@ -3,7 +3,7 @@
 The changes to torchrl's :class:`~torchrl.objectives.ClipPPOLoss` that the update needs, each a proposed upstream
 change: the coefficients Python numbers (``torch.compile`` then traces the loss in one graph, where a tensor value
 clip breaks it at every ``if self.clip_value:``, and bakes them into the kernels, where tensors on the CPU, as a CUDA
-graph needs its host-side branches, added CPU kernels to a GPU graph), the Gaussian KL written out
+graph needs its host-side branches, put CPU work into a GPU graph), the Gaussian KL written out
 (torch.distributions' lookup of the formula breaks the graph too), and no statistics that nothing reads (an option to
 leave out the logged ones; the measured cost is in ``docs/benchmarks.md``).
 """
