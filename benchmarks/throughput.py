@@ -59,6 +59,8 @@ for network in ("mlp", "lstm"):
         TRAINING_RUNS[f"torchrl_{network}_{mode}_plain"] = [*base, "agent.speed=off"]
         # the batches sent through host memory (agent.collector.storing_device; the default keeps them on the GPU)
         TRAINING_RUNS[f"torchrl_{network}_{mode}_host_storage"] = [*base, "agent.collector.storing_device=cpu"]
+        # the workers' inference eager (the graphed one waits for the whole device before each replay)
+        TRAINING_RUNS[f"torchrl_{network}_{mode}_eager_inference"] = [*base, "agent.collector.cudagraph_policy=false"]
 ZERO_ACTION_RUNS = ("zero_action_raw", "zero_action_wrapper")
 ALL_RUNS = ZERO_ACTION_RUNS + tuple(TRAINING_RUNS)
 DEFAULT_RUNS = (
