@@ -4,8 +4,9 @@
 
 rsl_rl's algorithm and models, built as its ``OnPolicyRunner`` builds them from the task's rsl_rl agent config
 (``rsl_rl_cfg_entry_point``, or ``--agent``), fill their rollout storage by acting on random observations for
-``num_steps_per_env`` steps (episode ends at random, ``--done_prob``), compute the returns and update; only the
-update is timed, as ``learner.py`` times ours. Same sizes as ours: the task's observation and action sizes of
+``num_steps_per_env`` steps (episode ends at random, ``--done_prob``), compute the returns and update. The update is
+timed, and the returns' computation with it (GAE, which ``learner.py``'s update of ours includes; rsl_rl's critic
+values come from its acting, which is not timed). Same sizes as ours: the task's observation and action sizes of
 ``learner.py``, the agent's steps, epochs and minibatches.
 """
 
@@ -38,8 +39,9 @@ def make_algorithm(task: str, agent: str, num_envs: int, device: str):
     return algorithm, cfg.num_steps_per_env, obs_dim
 
 
-def rollout(algorithm, steps: int, num_envs: int, obs_dim: int, done_prob: float, device: str) -> None:
-    """Fills the algorithm's storage as its runner does, from random observations, rewards and episode ends."""
+def rollout(algorithm, steps: int, num_envs: int, obs_dim: int, done_prob: float, device: str) -> TensorDict:
+    """Fills the algorithm's storage as its runner does, from random observations, rewards and episode ends; returns
+    the last observations."""
     with torch.inference_mode():
         for _ in range(steps):
             obs = TensorDict({"policy": torch.randn(num_envs, obs_dim, device=device)}, batch_size=[num_envs])
@@ -48,7 +50,7 @@ def rollout(algorithm, steps: int, num_envs: int, obs_dim: int, done_prob: float
             time_outs = dones * (torch.rand(num_envs, device=device) < 0.25)
             rewards = torch.randn(num_envs, device=device)
             algorithm.process_env_step(obs, rewards, dones, {"time_outs": time_outs})
-        algorithm.compute_returns(obs)
+    return obs
 
 
 def main():
@@ -63,14 +65,24 @@ def main():
     args = parser.parse_args()
     torch.manual_seed(0)
     algorithm, steps, obs_dim = make_algorithm(args.task, args.agent, args.num_envs, args.device)
-    times = []
+    times, with_returns = [], []
     for _ in range(args.iterations):
-        rollout(algorithm, steps, args.num_envs, obs_dim, args.done_prob, args.device)
+        last_obs = rollout(algorithm, steps, args.num_envs, obs_dim, args.done_prob, args.device)
         start = time.perf_counter()
+        with torch.inference_mode():
+            algorithm.compute_returns(last_obs)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize(args.device)
+        returns_done = time.perf_counter()
         algorithm.update()  # returns floats: the device has finished
-        times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - returns_done)
+        with_returns.append(time.perf_counter() - start)
     median = statistics.median(times[args.warmup :])
-    print(f"rsl_rl {args.task} {args.agent}: update {median * 1000:.1f} ms (first {times[0] * 1000:.1f} ms)")
+    median_with_returns = statistics.median(with_returns[args.warmup :])
+    print(
+        f"rsl_rl {args.task} {args.agent}: update {median * 1000:.1f} ms (first {times[0] * 1000:.1f} ms), "
+        f"returns + update {median_with_returns * 1000:.1f} ms"
+    )
 
 
 if __name__ == "__main__":
