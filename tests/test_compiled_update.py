@@ -81,34 +81,75 @@ def test_the_compiled_recurrent_update_equals_the_plain_pytorch_one():
 
 
 def test_a_new_process_takes_the_compiled_recurrent_update_from_the_caches(tmp_path):
-    """A second process finds the compiled update's forward and backward graphs in AOTAutograd's cache instead of
-    tracing the joint graph again. Two rules make it: the graphs contain the fused pass's custom ``autograd.Function``,
-    which that cache leaves out by default; and the order of the minibatch's entries, the order of the graph's inputs
-    and part of the key, must not change with the process's string hashing (torchrl lists the loss's keys from a
-    set: the two processes hash differently)."""
+    """A second process loads the first one's trace of the update (:class:`SavedTrace`) and updates as the plain
+    PyTorch PPO does; without the saved trace it finds the forward and backward graphs in AOTAutograd's cache instead
+    of tracing the joint graph again. Two rules make the cache hit: the graphs contain the fused pass's custom
+    ``autograd.Function``, which that cache leaves out by default; and the order of the minibatch's entries, the order
+    of the graph's inputs and part of both keys, must not change with the process's string hashing (torchrl lists the
+    loss's keys from a set: the processes hash differently)."""
     import os
+    import shutil
     import subprocess
     import sys
 
     code = (
         "import torch\n"
         "from torch._dynamo.utils import counters\n"
-        "from ppo_reference import INTERFACE, ONE_STEP, _batch, _cfg\n"
+        "from ppo_reference import INTERFACE, ONE_STEP, _assert_update_equals, _batch, _cfg, _learner_parameters\n"
+        "from ppo_reference import _reference_update, _update\n"
         "from isaaclab_torchrl.runners import PPO\n"
+        "torch.manual_seed(0)\n"
         "cfg = _cfg('lstm', **ONE_STEP)\n"
         "cfg.compile, cfg.policy.recurrent_backend = True, 'fused'\n"
         "learner = PPO(cfg, INTERFACE, 'cpu')\n"
-        "learner.loss_and_gradients(learner.gae(_batch('lstm')).select(*learner.loss_keys))\n"
-        "print(dict(counters['aot_autograd']))\n"
+        "reference = _reference_update(learner, _batch('lstm'))\n"
+        "initial = [p.detach().clone() for p in _learner_parameters(learner)]\n"
+        "_assert_update_equals(learner, initial, _update(learner, _batch('lstm')), reference)\n"
+        "print((learner._losses.origin, dict(counters['aot_autograd'])))\n"
     )
     tests = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [tests, env.get("PYTHONPATH")]))
     runs = []
-    for hash_seed in ("0", "1"):
+    for hash_seed, keep_trace in (("0", True), ("1", True), ("1", False)):
+        if not keep_trace:
+            shutil.rmtree(tmp_path / "isaaclab_torchrl_traces")
         env["PYTHONHASHSEED"] = hash_seed
         process = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
         assert process.returncode == 0, process.stderr[-2000:]
         runs.append(eval(process.stdout.strip().splitlines()[-1]))
-    assert runs[0].get("autograd_cache_saved", 0) >= 1, runs
-    assert runs[1].get("autograd_cache_hit", 0) >= 1 and not runs[1].get("autograd_cache_bypass"), runs
+    (first, saved), (second, _), (third, cached) = runs
+    assert (first, second, third) == ("traced", "loaded", "traced"), runs
+    assert saved.get("autograd_cache_saved", 0) >= 1, runs
+    assert cached.get("autograd_cache_hit", 0) >= 1 and not cached.get("autograd_cache_bypass"), runs
+
+
+def test_a_saved_trace_is_used_only_for_its_config_sizes_and_sources():
+    """The saved trace keeps the tensor guards only, so its file is named by what the other guards checked (a loss
+    coefficient is a constant of the graph; the minibatch's sizes) and a loaded trace is used only if every function
+    it traced still has its source."""
+    import dataclasses
+
+    from torch._dynamo.package import SourceInfo
+
+    from isaaclab_torchrl.runners.compilation import sources_unchanged
+
+    def learner_and_minibatch(entropy_coef):
+        cfg = _cfg(None, **ONE_STEP)
+        cfg.compile = True
+        cfg.algorithm.entropy_coef = entropy_coef
+        learner = PPO(cfg, INTERFACE, "cpu")
+        return learner, learner.gae(_batch(None)).select(*learner.loss_keys).reshape(-1)
+
+    learner, minibatch = learner_and_minibatch(0.01)
+    path = learner._losses.path((minibatch,))
+    assert learner_and_minibatch(0.01)[0]._losses.path((minibatch,)) == path
+    assert learner_and_minibatch(0.02)[0]._losses.path((minibatch,)) != path
+    assert learner._losses.path((minibatch[:-1],)) != path
+
+    traced = SourceInfo(inlined_sources=set())
+    traced.add_code(PPO.losses.__code__)
+    assert sources_unchanged(traced)
+    (source,) = traced.inlined_sources
+    edited = SourceInfo(inlined_sources={dataclasses.replace(source, checksum="0" * 64)})
+    assert not sources_unchanged(edited)

@@ -4,10 +4,20 @@ precision of the CUDA matrix products (``agent.compile``, ``agent.tf32``)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib
+import inspect
+import json
+import logging
 import os
+import platform
+import tempfile
 from collections.abc import Callable
+from importlib.metadata import version
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 COMPILE_SETTINGS = {"allow_rnn": True}
 """torch.compile's settings while it traces the update. tensordict finds the actor's distribution by walking its
@@ -16,7 +26,7 @@ eagerly, the recurrent pass's backward included. Those modules' own forward neve
 recurrent layers run :mod:`isaaclab_torchrl.recurrent`'s fused pass)."""
 
 
-def compile_losses(losses: Callable) -> Callable:
+def compile_losses(losses: Callable, cfg: object | None = None) -> Callable:
     """``losses`` compiled by ``torch.compile``: traced with :data:`COMPILE_SETTINGS`, and its forward and backward
     graphs kept in AOTAutograd's cache although they contain a custom ``autograd.Function``.
 
@@ -24,9 +34,137 @@ def compile_losses(losses: Callable) -> Callable:
     and partitioned it again. The fused recurrent pass (:mod:`isaaclab_torchrl.recurrent`) is such a function; dynamo
     traces its forward and its backward into the graph (``autograd_function_apply``), so they are part of the key of
     the cached entry. The cached steps and what is left of a run's first update are in ``docs/benchmarks.md``.
+
+    With the runner's ``cfg``, the compiled method is a :class:`SavedTrace`: dynamo's trace persists too.
     """
     compiled = torch._dynamo.config.patch(**COMPILE_SETTINGS)(torch.compile(losses))
-    return torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True)(compiled)
+    compiled = torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True)(compiled)
+    return compiled if cfg is None else SavedTrace(losses, cfg, compiled)
+
+
+class SavedTrace:
+    """A method compiled on its first call into one graph whose trace is kept in a file of the compile cache
+    (``torch.compile(...).aot_compile`` and ``save_compiled_function``), and loaded from there by a later process
+    of the same config (``torch.compiler.load_compiled_function``) instead of being traced again.
+
+    The inductor and AOTAutograd caches already keep the compiled kernels; what they do not keep is dynamo's
+    trace of the Python code, seconds for an unrolled recurrent pass, paid again by every run. The file keeps the
+    tensor guards only (the others cannot be saved), so what the dropped guards checked is checked here: the file's
+    name is a hash of the config, the device, the precision flags, the library versions and the minibatch's
+    structure, and a loaded trace is used only if the source of every function it traced is unchanged and the
+    minibatch passes its guards. Any miss traces anew and replaces the file; a method that cannot be traced as one
+    graph or saved runs ``fallback`` (torch.compile's usual path), and a marker file sends later runs straight there.
+    """
+
+    def __init__(self, method: Callable, cfg: object, fallback: Callable):
+        self.function, self.owner, self.cfg, self.fallback = method.__func__, method.__self__, cfg, fallback
+        self.compiled = None
+        self.origin = None
+        """How the first call got its compiled code: ``"loaded"``, ``"traced"`` or ``"fallback"``."""
+
+    def __call__(self, *args):
+        if self.compiled is None:
+            self.compiled = self._load_or_trace(args)
+        if self.compiled is not self.fallback and self.compiled.guard_check(self.owner, *args):
+            return self.compiled(self.owner, *args)
+        return self.fallback(*args)
+
+    def path(self, args: tuple) -> str:
+        """The file of this config's trace in the compile cache folder."""
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        leaves = [
+            (str(key), tuple(value.shape), str(value.dtype), str(value.device))
+            for arg in args
+            for key, value in sorted(arg.items(include_nested=True, leaves_only=True), key=lambda item: str(item[0]))
+        ]
+        device = leaves[0][3] if leaves else "cpu"
+        hardware = torch.cuda.get_device_name(device) if device.startswith("cuda") else _cpu_model()
+        key = {
+            "function": self.function.__qualname__,
+            "config": {name: _as_dict(getattr(self.cfg, name, None)) for name in ("policy", "algorithm", "tf32")},
+            "hardware": [device, hardware, platform.machine()],
+            "flags": [torch.backends.cuda.matmul.allow_tf32, torch.are_deterministic_algorithms_enabled()],
+            "versions": [version(name) for name in ("torch", "tensordict", "torchrl")],
+            "minibatch": leaves,
+        }
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
+        return os.path.join(cache_dir(), "isaaclab_torchrl_traces", f"{self.function.__qualname__}-{digest}")
+
+    def _load_or_trace(self, args: tuple):
+        path = self.path(args)
+        if os.path.exists(path + ".fallback"):
+            self.origin = "fallback"
+            return self.fallback
+        if os.path.exists(path):
+            try:
+                with open(path, "rb") as file:
+                    compiled = torch.compiler.load_compiled_function(file)
+                compiled.disable_guard_check()  # checked in __call__, once per call
+                if sources_unchanged(compiled.source_info()) and compiled.guard_check(self.owner, *args):
+                    self.origin = "loaded"
+                    return compiled
+            except Exception as exc:  # a file of another torch, a partial write: trace anew
+                logger.info("Saved trace %s not loaded: %s", path, exc)
+        try:
+            compiled = self._trace(args)
+            _write_atomic(path, compiled)
+        except Exception as exc:  # graph breaks or what cannot be saved: torch.compile's usual path from now on
+            logger.info("The update's trace is not saved (%s); compiled as usual", exc)
+            _write_atomic(path + ".fallback", None)
+            self.origin = "fallback"
+            return self.fallback
+        compiled.disable_guard_check()
+        self.origin = "traced"
+        return compiled
+
+    def _trace(self, args: tuple):
+        dynamo = torch._dynamo.config.patch(enable_aot_compile=True, **COMPILE_SETTINGS)
+        functorch = torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True)
+        options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
+        with dynamo, functorch:
+            return torch.compile(self.function, fullgraph=True, options=options).aot_compile(((self.owner, *args), {}))
+
+
+def sources_unchanged(source_info) -> bool:
+    """Whether every function a saved trace inlined still has the source it had (torch's own check of its
+    precompile cache, ``CompilePackage.initialize``, done here for a loaded ``aot_compile`` trace)."""
+    for source in source_info.inlined_sources:
+        try:
+            lines = inspect.getsourcelines(importlib.import_module(source.module))[0]
+        except (ImportError, OSError, TypeError):
+            return False
+        text = "".join(lines[source.firstlineno - 1 : source.lastlineno - 1])
+        if hashlib.sha256(text.encode()).hexdigest() != source.checksum:
+            return False
+    return True
+
+
+def _as_dict(cfg: object) -> object:
+    return cfg.to_dict() if hasattr(cfg, "to_dict") else cfg
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (inductor's CPU kernels are built for its instruction set)."""
+    try:
+        with open("/proc/cpuinfo") as file:
+            return next((line.split(":", 1)[1].strip() for line in file if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
+
+
+def _write_atomic(path: str, compiled) -> None:
+    """``compiled``'s saved trace (or an empty marker for ``None``) at ``path``, never a partly written file."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path))
+    os.close(handle)
+    try:
+        if compiled is not None:
+            compiled.save_compiled_function(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def compile_cache_dir() -> str:

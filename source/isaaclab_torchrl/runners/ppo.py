@@ -133,7 +133,7 @@ class PPO:
                 predictor, lr=algo.rnd_cfg.learning_rate, capturable=on_cuda, fused=True
             )
             self.synced_parameters += predictor
-        self._losses = compile_losses(self.losses) if cfg.compile else self.losses
+        self._losses = compile_losses(self.losses, cfg) if cfg.compile else self.losses
         self._loss_and_gradients = self.loss_and_gradients
         if cfg.cudagraphs:
             # the gradients of the replays land in the .grad tensors of the capture, which the optimizer reads
