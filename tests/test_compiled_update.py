@@ -153,3 +153,29 @@ def test_a_saved_trace_is_used_only_for_its_config_sizes_and_sources():
     (source,) = traced.inlined_sources
     edited = SourceInfo(inlined_sources={dataclasses.replace(source, checksum="0" * 64)})
     assert not sources_unchanged(edited)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_the_graphed_gradient_step_leaves_each_calls_gradients():
+    """The call that captures the graph leaves its own gradients in ``.grad`` too (tensordict's ``CudaGraphModule``
+    leaves them in buffers that only a replay fills, which the optimizer step after it would read)."""
+    from tensordict import TensorDict
+
+    from isaaclab_torchrl.runners.compilation import GradientStepGraph
+
+    torch.manual_seed(0)
+    network = torch.nn.Linear(8, 1, device="cuda")
+
+    def gradient_step(batch):
+        network.zero_grad(set_to_none=True)
+        loss = network(batch["x"]).square().mean()
+        loss.backward()
+        return TensorDict(loss=loss.detach())
+
+    graphed = GradientStepGraph(gradient_step, in_keys=[], out_keys=[], device="cuda")
+    for call in range(4):
+        x = torch.randn(16, 8, device="cuda")
+        graphed(TensorDict(x=x))
+        expected = torch.autograd.grad(network(x).square().mean(), list(network.parameters()))
+        for parameter, gradient in zip(network.parameters(), expected, strict=True):
+            torch.testing.assert_close(parameter.grad, gradient, msg=f"call {call + 1}")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from importlib.metadata import version
 
 import torch
+from tensordict.nn import CudaGraphModule
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +166,25 @@ def _write_atomic(path: str, compiled) -> None:
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
+
+
+class GradientStepGraph(CudaGraphModule):
+    """tensordict's ``CudaGraphModule`` for a step whose result is its gradients, in the parameters' ``.grad``.
+
+    The call that captures the graph runs the step once eagerly and then records it; the recording runs no kernel,
+    but ``zero_grad(set_to_none=True)`` and ``backward`` under it leave each ``.grad`` pointing at a new buffer of the
+    graph's memory that only a replay fills. The capturing call returns the eager run's outputs, but the optimizer
+    step after it would read those unfilled buffers. So this one replays the graph once right after capturing it,
+    on the same input. A proposed upstream change: ``CudaGraphModule`` replaying after the capture (or saying in its
+    docstring that the capturing call's side effects are those of the capture).
+    """
+
+    def __call__(self, *args, **kwargs):
+        captured = getattr(self, "graph", None) is not None
+        out = super().__call__(*args, **kwargs)
+        if not captured and getattr(self, "graph", None) is not None:
+            out = super().__call__(*args, **kwargs)
+        return out
 
 
 def compile_cache_dir() -> str:

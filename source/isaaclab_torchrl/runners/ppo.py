@@ -10,7 +10,6 @@ import time
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import CudaGraphModule
 from torchrl.modules import set_recurrent_mode
 
 from ..action_noise import noise_std
@@ -19,7 +18,7 @@ from ..envs import FINAL_OBS_KEY
 from ..models import CollectionPolicyFactory, EnvInterface, make_collection_policy, make_models, observation_normalizers
 from ..recurrent import ROLLOUT_START_KEY, first_states, slices, state_shapes
 from ..symmetry import Mirror
-from .compilation import compile_losses, tf32_products
+from .compilation import GradientStepGraph, compile_losses, tf32_products
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
 from .gae import CollectedBatchGAE
 from .loss import ClipPPOLossWithKL
@@ -137,7 +136,7 @@ class PPO:
         self._loss_and_gradients = self.loss_and_gradients
         if cfg.cudagraphs:
             # the gradients of the replays land in the .grad tensors of the capture, which the optimizer reads
-            self._loss_and_gradients = CudaGraphModule(
+            self._loss_and_gradients = GradientStepGraph(
                 self._loss_and_gradients, in_keys=[], out_keys=[], device=self.device
             )
         self.communication_time = 0.0
