@@ -13,9 +13,10 @@ import os
 import platform
 import tempfile
 from collections.abc import Callable
-from importlib.metadata import version
 
+import tensordict
 import torch
+import torchrl
 from tensordict.nn import CudaGraphModule
 
 logger = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class SavedTrace:
             "config": {name: _as_dict(getattr(self.cfg, name, None)) for name in ("policy", "algorithm", "tf32")},
             "hardware": [device, hardware, platform.machine()],
             "flags": [torch.backends.cuda.matmul.allow_tf32, torch.are_deterministic_algorithms_enabled()],
-            "versions": [version(name) for name in ("torch", "tensordict", "torchrl")],
+            "versions": [torch.__version__, tensordict.__version__, torchrl.__version__],
             "minibatch": leaves,
         }
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
