@@ -1,5 +1,6 @@
 """Collects rollouts of Cartpole-Direct on the CPU as a training worker does, with an MLP and then a recurrent
-policy from fixed seeds, and saves them: ``python tests/collect_rollouts.py OUT [--plain | --graphed | --every-state]``.
+policy from fixed seeds, and saves them: ``python tests/collect_rollouts.py OUT [--plain | --graphed | --every-state]
+[--device=cuda:0]`` (``--device`` runs simulation and policy on a GPU: the graphed policy then replays a CUDA graph).
 
 With ``--plain`` the environment is Isaac Lab's own torchrl wrapper with this package's additions, torchrl's
 reset path (a reset call after every step with a finished episode, which Isaac Lab has already reset) and torchrl's
@@ -80,28 +81,28 @@ def step_by_step(env, steps: int = 16) -> dict:
     return {"ended": ended, "marked": marked, "starts_follow_done": starts_follow_done}
 
 
-def collect(agent: str, plain: bool, graphed: bool, every_state: bool) -> dict:
-    argv = ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", str(NUM_ENVS), "--device", "cpu"]
+def collect(agent: str, plain: bool, graphed: bool, every_state: bool, device: str = "cpu") -> dict:
+    argv = ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", str(NUM_ENVS), "--device", device]
     args, hydra_args = parse_args(make_train_parser(), [*argv, "--viz", "none", "physics=newton_mjwarp", *OVERRIDES])
     run = training.TrainingRun(args, *training.resolve_configs(args, hydra_args))
     run.agent_cfg.num_steps_per_env = STEPS
     (factory,) = training.make_workers(run)
     env = factory()
     torch.manual_seed(0)
-    policy = CollectionPolicyFactory(run.agent_cfg.policy, envs.env_interface(env), "cpu")()
+    policy = CollectionPolicyFactory(run.agent_cfg.policy, envs.env_interface(env), device)()
     collector_class = CompactCollector if plain else AsyncCompactCollector
     collector = collector_class(
         env,
         policy,
         frames_per_batch=NUM_ENVS * STEPS,
         total_frames=-1,  # the env stays open after the rollouts: step_by_step steps it
-        device="cpu",
+        device=device,
         compact_obs=True,
         auto_register_policy_transforms=True,
         cudagraph_policy=graphed,
         every_state=every_state,
     )
-    batches = [batch.clone().to_dict() for batch in itertools.islice(collector, ROLLOUTS)]
+    batches = [batch.clone().cpu().to_dict() for batch in itertools.islice(collector, ROLLOUTS)]
     # torchrl marks a step of inductor's CUDA graph trees before each call of a policy it graphs itself
     graph_trees = "torch._inductor.cudagraph_trees" in sys.modules
     runs = type(collector._wrapped_policy).__name__
@@ -119,9 +120,10 @@ def collect(agent: str, plain: bool, graphed: bool, every_state: bool) -> dict:
 
 def main(out: str, flags: list[str]) -> None:
     plain, graphed, every_state = (flag in flags for flag in ("--plain", "--graphed", "--every-state"))
+    device = next((flag.split("=", 1)[1] for flag in flags if flag.startswith("--device=")), "cpu")
     if plain:  # what the factory builds in this process
         envs.IsaacLabEnv, envs.AutoResetEnv = PlainIsaacLabEnv, plain_transformed_env
-    torch.save({agent: collect(agent, plain, graphed, every_state) for agent in AGENTS}, out)
+    torch.save({agent: collect(agent, plain, graphed, every_state, device) for agent in AGENTS}, out)
 
 
 if __name__ == "__main__":
