@@ -1,6 +1,7 @@
 """Collects rollouts of Cartpole-Direct on the CPU as a training worker does, with an MLP and then a recurrent
 policy from fixed seeds, and saves them: ``python tests/collect_rollouts.py OUT [--plain | --graphed | --every-state]
-[--device=cuda:0]`` (``--device`` runs simulation and policy on a GPU: the graphed policy then replays a CUDA graph).
+[--finite-clipped] [--device=cuda:0]`` (``--device`` runs simulation and policy on a GPU: the graphed policy then
+replays a CUDA graph).
 
 With ``--plain`` the environment is Isaac Lab's own torchrl wrapper with this package's additions, torchrl's
 reset path (a reset call after every step with a finished episode, which Isaac Lab has already reset) and torchrl's
@@ -9,7 +10,8 @@ ids; without it, this package's :class:`~isaaclab_torchrl.envs.IsaacLabEnv` (tor
 asynchronous worker's collector. The two must collect the same batches (``tests/test_collection_paths.py``).
 With ``--graphed`` the asynchronous worker's collector runs the policy as ``agent.collector.cudagraph_policy`` does
 (on the CPU tensordict's ``CudaGraphModule`` calls it eagerly). With ``--every-state`` it stores the recurrent state
-of every step, not the one each rollout starts from.
+of every step, not the one each rollout starts from. With ``--finite-clipped`` the actions are clipped
+(``agent.clip_actions``) and the task's time limit is terminal (``is_finite_horizon``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ OVERRIDES = ["env.episode_length_s=0.5", "env.max_cart_pos=0.5"]
 """Episodes of at most 30 steps, ended early when the cart leaves [-0.5, 0.5] m: the rollouts hold time-outs and
 terminations."""
 AGENTS = ("torchrl", "torchrl_lstm")
+FINITE_CLIPPED = ["agent.clip_actions=0.3", "env.is_finite_horizon=true"]
+"""Actions clipped well inside the policy's noise, and time-outs that end episodes as terminations."""
 
 
 class PlainIsaacLabEnv(envs.IsaacLabEnv):
@@ -46,8 +50,6 @@ class PlainIsaacLabEnv(envs.IsaacLabEnv):
         for key in envs.EPISODE_SUMS:
             del spec[key]
         self.observation_spec = spec
-
-    _terminal_observations = IsaacLabTorchRLWrapper._terminal_observations
 
     def _step(self, tensordict):
         out = IsaacLabTorchRLWrapper._step(self, tensordict)
@@ -81,9 +83,10 @@ def step_by_step(env, steps: int = 16) -> dict:
     return {"ended": ended, "marked": marked, "starts_follow_done": starts_follow_done}
 
 
-def collect(agent: str, plain: bool, graphed: bool, every_state: bool, device: str = "cpu") -> dict:
+def collect(agent: str, plain: bool, graphed: bool, every_state: bool, device: str = "cpu", extra=()) -> dict:
     argv = ["--task", "Isaac-Cartpole-Direct", "--agent", agent, "--num_envs", str(NUM_ENVS), "--device", device]
-    args, hydra_args = parse_args(make_train_parser(), [*argv, "--viz", "none", "physics=newton_mjwarp", *OVERRIDES])
+    argv += ["--viz", "none", "physics=newton_mjwarp", *OVERRIDES, *extra]
+    args, hydra_args = parse_args(make_train_parser(), argv)
     run = training.TrainingRun(args, *training.resolve_configs(args, hydra_args))
     run.agent_cfg.num_steps_per_env = STEPS
     (factory,) = training.make_workers(run)
@@ -121,9 +124,10 @@ def collect(agent: str, plain: bool, graphed: bool, every_state: bool, device: s
 def main(out: str, flags: list[str]) -> None:
     plain, graphed, every_state = (flag in flags for flag in ("--plain", "--graphed", "--every-state"))
     device = next((flag.split("=", 1)[1] for flag in flags if flag.startswith("--device=")), "cpu")
+    extra = FINITE_CLIPPED if "--finite-clipped" in flags else []
     if plain:  # what the factory builds in this process
         envs.IsaacLabEnv, envs.AutoResetEnv = PlainIsaacLabEnv, plain_transformed_env
-    torch.save({agent: collect(agent, plain, graphed, every_state, device) for agent in AGENTS}, out)
+    torch.save({agent: collect(agent, plain, graphed, every_state, device, extra) for agent in AGENTS}, out)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,16 @@ COLLECT = os.path.join(REPO, "tests", "collect_rollouts.py")
 def rollouts(tmp_path_factory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("rollouts")
     paths = {}
-    for path in ("ours", "plain", "graphed", "every"):
+    kinds = {
+        "ours": [],
+        "plain": ["--plain"],
+        "graphed": ["--graphed"],
+        "every": ["--every-state"],
+        "ours_finite_clipped": ["--finite-clipped"],
+        "plain_finite_clipped": ["--plain", "--finite-clipped"],
+    }
+    for path, flags in kinds.items():
         paths[path] = str(folder / f"{path}.pt")
-        flags = {"ours": [], "plain": ["--plain"], "graphed": ["--graphed"], "every": ["--every-state"]}[path]
         process = subprocess.run(
             [sys.executable, COLLECT, paths[path], *flags],
             cwd=folder,
@@ -63,6 +70,24 @@ def test_the_collection_path_collects_the_plain_paths_batches(rollouts, agent):
     # the rollouts hold both kinds of episode ends
     assert ended["terminated"] > 0 and ended["truncated"] > 0, ended
     assert ((ROLLOUT_START_KEY, "actor_rnn_h") in our_leaves) == (agent == "torchrl_lstm")
+
+
+def test_clipped_actions_and_a_terminal_time_limit_as_isaac_labs_wrapper_steps_them(rollouts):
+    """The worker's env steps as Isaac Lab's own torchrl wrapper does, with its action clipping and its finite-horizon
+    rule (a time-out is a termination): the plain path, with that wrapper's step, collects the same batches."""
+    ours, plain = rollouts["ours_finite_clipped"]["torchrl"], rollouts["plain_finite_clipped"]["torchrl"]
+    terminated = 0
+    for our_batch, plain_batch in zip(ours["batches"], plain["batches"], strict=True):
+        our_leaves, plain_leaves = _leaves(our_batch), _leaves(plain_batch)
+        plain_leaves.pop(("collector", "traj_ids"))
+        for key, value in our_leaves.items():
+            torch.testing.assert_close(value, plain_leaves[key], rtol=0, atol=0, equal_nan=True, msg=str(key))
+        assert not our_leaves["next", "truncated"].any()
+        assert (our_leaves["action"].abs() > 0.3).any()  # the clipping acts
+        terminated += int(our_leaves["next", "terminated"].sum())
+    unclipped = _leaves(rollouts["ours"]["torchrl"]["batches"][0])
+    assert not torch.equal(unclipped["next", "reward"], _leaves(ours["batches"][0])["next", "reward"])
+    assert terminated > 0
 
 
 @pytest.mark.parametrize("agent", ["torchrl", "torchrl_lstm"])

@@ -58,6 +58,7 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         """The groups whose true next observation each step keeps (the critic's; RND's novelty of the state reached);
         none for a distillation run, which has no critic."""
         self.random_episode_start = random_episode_start
+        self.finite_horizon = getattr(self.unwrapped.cfg, "is_finite_horizon", False)
         # torchrl's native auto-reset (the flag its own IsaacLabWrapper(native_autoreset=True) sets): a step's done
         # environments are not reset again by a reset call (nor its host syncs), their next observations start the
         # new episodes, and the transforms and the episode-start flag are reset from the done mask
@@ -93,27 +94,49 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         self.observation_spec = spec
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        out = super()._step(tensordict)
-        out["episode_reward"] = tensordict.get("episode_reward") + out["reward"]
-        out["step_count"] = tensordict.get("step_count") + 1
+        """Isaac Lab's wrapper's step (its clipping, its copies of the buffers Isaac Lab reuses, its finite-horizon
+        rule), with the true final observations, the episodes' running sums and terms, built as one tensordict
+        without validating each entry (all are the step's own tensors of the env's batch size and device)."""
+        actions = tensordict.get("action")
+        if self._clip_actions is not None:
+            actions = torch.clamp(actions, -self._clip_actions, self._clip_actions)
+        obs, reward, terminated, truncated, extras = self.env.step(actions)
+        shape = (*self.batch_size, 1)
+        reward = reward.reshape(shape).clone()
+        terminated = terminated.reshape(shape).clone()
+        truncated = truncated.reshape(shape).clone()
+        if self.finite_horizon:  # the time limit is terminal (the RSL-RL wrapper's convention)
+            terminated |= truncated
+            truncated.zero_()
+        done = terminated | truncated
+        out = {
+            **obs,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+            "done": done,
+            "episode_reward": tensordict.get("episode_reward") + reward,
+            "step_count": tensordict.get("step_count") + 1,
+        }
+        if self.next_obs_keys:
+            out[FINAL_OBS_KEY] = self._final_observations(obs, extras, done)
         if self.log_names:
             out[EPISODE_LOG_KEY] = self._episode_log()
-        return out
+        return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
 
-    def _terminal_observations(self, obs: TensorDict, extras: dict, done: torch.Tensor) -> TensorDict:
-        """Isaac Lab resets the environments that are done inside its step: the next observations stay the new
-        episodes' first ones there (torchrl's native auto-reset carries them to the next step without a reset call),
-        and the true final observations of the groups the critic reads go under ``"final_obs"`` (Isaac Lab's wrapper
-        writes them into the next observations instead)."""
-        if self.next_obs_keys:
-            # Isaac Lab refreshes extras["final_obs"] on the steps with resets, so it is read where done only
-            final_obs = extras.get("final_obs", obs)
-            done = done.reshape(self.batch_size)
-            obs[FINAL_OBS_KEY] = {
-                key: torch.where(expand_as_right(done, obs[key]), final_obs[key], obs[key])
-                for key in self.next_obs_keys
-            }
-        return obs
+    def _final_observations(self, obs: dict, extras: dict, done: torch.Tensor) -> TensorDict:
+        """The true final observations of the groups the critic reads. Isaac Lab resets the environments that are
+        done inside its step: the next observations stay the new episodes' first ones there (torchrl's native
+        auto-reset carries them to the next step without a reset call), and Isaac Lab's wrapper would write the final
+        ones into them instead. ``extras["final_obs"]`` is refreshed on the steps with resets, so it is read where
+        done only."""
+        final_obs = extras.get("final_obs", obs)
+        done = done.reshape(self.batch_size)
+        return TensorDict._new_unsafe(
+            {key: torch.where(expand_as_right(done, obs[key]), final_obs[key], obs[key]) for key in self.next_obs_keys},
+            batch_size=self.batch_size,
+            device=self.device,
+        )
 
     def _reset_on_native_autoreset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase):
         """The running sums start again where an episode ended (the reset mask: the step's ``done``)."""
