@@ -102,19 +102,14 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
             actions = torch.clamp(actions, -self._clip_actions, self._clip_actions)
         obs, reward, terminated, truncated, extras = self.env.step(actions)
         shape = (*self.batch_size, 1)
-        reward = reward.reshape(shape).clone()
-        terminated = terminated.reshape(shape).clone()
-        truncated = truncated.reshape(shape).clone()
+        # Isaac Lab reuses these buffers across steps
+        reward, terminated, truncated = (value.reshape(shape).clone() for value in (reward, terminated, truncated))
         if self.finite_horizon:  # the time limit is terminal (the RSL-RL wrapper's convention)
             terminated |= truncated
             truncated.zero_()
         done = terminated | truncated
-        out = {
-            **obs,
-            "reward": reward,
-            "terminated": terminated,
-            "truncated": truncated,
-            "done": done,
+        out = {**obs, "reward": reward, "terminated": terminated, "truncated": truncated, "done": done}
+        out |= {
             "episode_reward": tensordict.get("episode_reward") + reward,
             "step_count": tensordict.get("step_count") + 1,
         }
@@ -125,18 +120,14 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
 
     def _final_observations(self, obs: dict, extras: dict, done: torch.Tensor) -> TensorDict:
-        """The true final observations of the groups the critic reads. Isaac Lab resets the environments that are
-        done inside its step: the next observations stay the new episodes' first ones there (torchrl's native
-        auto-reset carries them to the next step without a reset call), and Isaac Lab's wrapper would write the final
-        ones into them instead. ``extras["final_obs"]`` is refreshed on the steps with resets, so it is read where
-        done only."""
-        final_obs = extras.get("final_obs", obs)
-        done = done.reshape(self.batch_size)
-        return TensorDict._new_unsafe(
-            {key: torch.where(expand_as_right(done, obs[key]), final_obs[key], obs[key]) for key in self.next_obs_keys},
-            batch_size=self.batch_size,
-            device=self.device,
-        )
+        """The true final observations of the groups the critic reads: Isaac Lab resets done environments inside its
+        step, their next observations stay the new episodes' first ones (torchrl's native auto-reset carries them to
+        the next step), and ``extras["final_obs"]``, refreshed on steps with resets, is read where done only."""
+        final_obs, done = extras.get("final_obs", obs), done.reshape(self.batch_size)
+        final = {
+            key: torch.where(expand_as_right(done, obs[key]), final_obs[key], obs[key]) for key in self.next_obs_keys
+        }
+        return TensorDict._new_unsafe(final, batch_size=self.batch_size, device=self.device)
 
     def _reset_on_native_autoreset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase):
         """The running sums start again where an episode ended (the reset mask: the step's ``done``)."""
@@ -160,18 +151,12 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         # extras["log"] is refreshed on the steps with resets and stale otherwise; each term's value is repeated for
         # every environment (views, no copy) and masked by done where it is read, so that no host sync asks whether
         # any environment was reset
-        log = self.unwrapped.extras.get("log", {})
+        log, device = self.unwrapped.extras.get("log", {}), self.device
         values = torch.stack(
-            [
-                torch.as_tensor(log.get(name, torch.nan), dtype=torch.float32, device=self.device)
-                for name in self.log_names
-            ]
-        ).reshape(1, -1)
-        shape = (*self.batch_size, 1)
-        return TensorDict(
-            {name: values[:, index].expand(shape) for index, name in enumerate(self.log_names)},
-            batch_size=self.batch_size,
+            [torch.as_tensor(log.get(name, torch.nan), dtype=torch.float32, device=device) for name in self.log_names]
         )
+        terms = {name: values[index].expand(*self.batch_size, 1) for index, name in enumerate(self.log_names)}
+        return TensorDict._new_unsafe(terms, batch_size=self.batch_size, device=device)
 
 
 def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
