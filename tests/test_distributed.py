@@ -16,7 +16,7 @@ from helpers import CPU_ARGS, REPO, Training, assert_ok, run_dirs, run_script, s
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 TRAIN = [os.path.join(REPO, "scripts", "train.py"), "--distributed", "--task", "Isaac-Cartpole-Direct"]
 TRAIN += ["--num_envs", "8", *CPU_ARGS]
-CHECKSUM = re.compile(r"\[torchrl\] rank (\d) of 2: parameter checksum (\S+)")
+CHECKSUM = re.compile(r"\[torchrl\] rank (\d) of 2: parameter checksum ([-+.0-9e]+)")
 FIRST_BATCH = re.compile(r"\[torchrl\] rank (\d) of 2: first batch reward sum (\S+)")
 
 

@@ -292,7 +292,9 @@ def train(run: TrainingRun) -> int:
         return 1
     if context is not None:
         checksum = parameter_checksum(runner.learner.actor) + parameter_checksum(runner.learner.critic)
-        print(f"[torchrl] rank {context.rank} of {context.world_size}: parameter checksum {checksum:.12e}", flush=True)
+        # one write with its newline: the ranks share the terminal, and print's two writes could interleave
+        line = f"[torchrl] rank {context.rank} of {context.world_size}: parameter checksum {checksum:.12e}\n"
+        print(line, end="", flush=True)
         torch.distributed.destroy_process_group()
     if stopped_by is not None:
         print(
