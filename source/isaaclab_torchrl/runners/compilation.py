@@ -28,7 +28,7 @@ eagerly, the recurrent pass's backward included. Those modules' own forward neve
 recurrent layers run :mod:`isaaclab_torchrl.recurrent`'s fused pass)."""
 
 
-def compile_losses(losses: Callable, cfg: object | None = None) -> Callable:
+def compile_losses(losses: Callable, cfg: object) -> Callable:
     """``losses`` compiled by ``torch.compile``: traced with :data:`COMPILE_SETTINGS`, and its forward and backward
     graphs kept in AOTAutograd's cache although they contain a custom ``autograd.Function``.
 
@@ -37,11 +37,12 @@ def compile_losses(losses: Callable, cfg: object | None = None) -> Callable:
     traces its forward and its backward into the graph (``autograd_function_apply``), so they are part of the key of
     the cached entry. The cached steps and what is left of a run's first update are in ``docs/benchmarks.md``.
 
-    With the runner's ``cfg``, the compiled method is a :class:`SavedTrace`: dynamo's trace persists too.
+    The result is a :class:`SavedTrace` keyed by the runner's ``cfg``: dynamo's trace persists too, and the plain
+    compiled method is its fallback.
     """
     compiled = torch._dynamo.config.patch(**COMPILE_SETTINGS)(torch.compile(losses))
     compiled = torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True)(compiled)
-    return compiled if cfg is None else SavedTrace(losses, cfg, compiled)
+    return SavedTrace(losses, cfg, compiled)
 
 
 class SavedTrace:
