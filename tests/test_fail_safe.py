@@ -88,10 +88,13 @@ def test_signal_stops_after_the_update_and_saves_it(workdir, signum):
 
 
 def test_second_sigint_aborts_at_once(workdir):
-    training = Training(workdir, [*TASK_ARGS, "--max_iterations", "1000"])
+    # a long update (200 epochs, ~1 s on two cores): the first SIGINT's clean stop cannot end before the second
+    # SIGINT, which is sent once the first was handled (two signals before the handler runs would count as one)
+    args = [*TASK_ARGS, "--max_iterations", "1000", "agent.algorithm.num_learning_epochs=200"]
+    training = Training(workdir, args)
     training.wait_for_iteration(2)
     training.process.send_signal(signal.SIGINT)
-    time.sleep(0.1)
+    training.wait_for_line("SIGINT received", timeout=30)
     training.process.send_signal(signal.SIGINT)
     returncode, seconds = training.wait(timeout=60)
     assert returncode == 130, training.output[-3000:]
