@@ -83,18 +83,25 @@ def test_the_compiled_recurrent_update_equals_the_plain_pytorch_one():
 def test_a_new_process_takes_the_compiled_recurrent_update_from_the_caches(tmp_path):
     """A second process loads the first one's trace of the update (:class:`SavedTrace`) and updates as the plain
     PyTorch PPO does; without the saved trace it finds the forward and backward graphs in AOTAutograd's cache instead
-    of tracing the joint graph again. Two rules make the cache hit: the graphs contain the fused pass's custom
-    ``autograd.Function``, which that cache leaves out by default; and the order of the minibatch's entries, the order
-    of the graph's inputs and part of both keys, must not change with the process's string hashing (torchrl lists the
-    loss's keys from a set: the processes hash differently)."""
+    of tracing the joint graph again; neither checks each of the CPU's vector instruction sets again. Two rules make
+    the cache hit: the graphs contain the fused pass's custom ``autograd.Function``, which that cache leaves out by
+    default; and the order of the minibatch's entries, the order of the graph's inputs and part of both keys, must not
+    change with the process's string hashing (torchrl lists the loss's keys from a set: the processes hash
+    differently)."""
     import os
     import shutil
     import subprocess
     import sys
 
     code = (
+        "import subprocess, sys\n"
         "import torch\n"
         "from torch._dynamo.utils import counters\n"
+        "probes, check_call = [], subprocess.check_call\n"  # inductor's loads of its instruction-set test programs
+        "def counted(args, **kwargs):\n"
+        "    probes.append(args[:2] == [sys.executable, '-c'])\n"
+        "    return check_call(args, **kwargs)\n"
+        "subprocess.check_call = counted\n"
         "from ppo_reference import INTERFACE, ONE_STEP, _assert_update_equals, _batch, _cfg, _learner_parameters\n"
         "from ppo_reference import _reference_update, _update\n"
         "from isaaclab_torchrl.runners import PPO\n"
@@ -105,7 +112,7 @@ def test_a_new_process_takes_the_compiled_recurrent_update_from_the_caches(tmp_p
         "reference = _reference_update(learner, _batch('lstm'))\n"
         "initial = [p.detach().clone() for p in _learner_parameters(learner)]\n"
         "_assert_update_equals(learner, initial, _update(learner, _batch('lstm')), reference)\n"
-        "print((learner._losses.origin, dict(counters['aot_autograd'])))\n"
+        "print((learner._losses.origin, dict(counters['aot_autograd']), sum(probes)))\n"
     )
     tests = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
@@ -118,8 +125,11 @@ def test_a_new_process_takes_the_compiled_recurrent_update_from_the_caches(tmp_p
         process = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
         assert process.returncode == 0, process.stderr[-2000:]
         runs.append(eval(process.stdout.strip().splitlines()[-1]))
-    (first, saved), (second, _), (third, cached) = runs
+    (first, saved, probed), (second, _, _), (third, cached, _) = runs
     assert (first, second, third) == ("traced", "loaded", "traced"), runs
+    # the first process checks the CPU's vector instruction sets, the later ones take them as checked (the test
+    # machine passes them all); inductor's checks of the AVX-512 sets' bf16 and VNNI extensions run in each
+    assert all(probes < probed for *_, probes in runs[1:]), runs
     assert saved.get("autograd_cache_saved", 0) >= 1, runs
     assert cached.get("autograd_cache_hit", 0) >= 1 and not cached.get("autograd_cache_bypass"), runs
 

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import platform
+import sys
 import tempfile
 from collections.abc import Callable
 
@@ -96,6 +97,8 @@ class SavedTrace:
 
     def _load_or_trace(self, args: tuple):
         path = self.path(args)
+        if not any(value.is_cuda for arg in args for value in arg.values(include_nested=True, leaves_only=True)):
+            skip_checked_instruction_sets()  # inductor's kernels for the CPU
         if os.path.exists(path + ".fallback"):
             self.origin = "fallback"
             return self.fallback
@@ -141,6 +144,41 @@ def sources_unchanged(source_info) -> bool:
         if hashlib.sha256(text.encode()).hexdigest() != source.checksum:
             return False
     return True
+
+
+def skip_checked_instruction_sets() -> None:
+    """Inductor's check of the CPU's vector instruction sets, done once per machine instead of once per process.
+
+    Before it compiles or loads its first CPU kernel, inductor checks every vector instruction set the CPU reports
+    (``torch._inductor.cpu_vec_isa.valid_vec_isa_list``): it builds a test program per set, which its cache keeps, and
+    loads each in a new Python process, which nothing keeps (pytorch/pytorch#100378). Once every set has passed on
+    this machine, with this compiler and this torch, a file in the compile cache folder says so, and later processes
+    take the sets as checked (``torch._inductor.config.cpp.vec_isa_ok``, torch's own switch). The AVX-512 sets' checks
+    of their bf16 and VNNI extensions do not read the switch and still run; what is saved is in
+    ``docs/benchmarks.md``. A set that fails is checked again in every process. A proposed upstream change: inductor
+    keeping its successful load checks (pytorch/pytorch#190561 proposes marker files).
+    """
+    from torch._inductor import config, cpu_vec_isa
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    if config.cpp.vec_isa_ok is not None or platform.machine() not in ("x86_64", "AMD64"):
+        return
+    try:
+        from torch._inductor.cpp_builder import get_compiler_version_info, get_cpp_compiler
+
+        compiler = get_compiler_version_info(get_cpp_compiler())
+    except Exception:  # no C++ compiler: inductor says so itself when it compiles
+        return
+    flags = cpu_vec_isa.x86_isa_checker()
+    reported = [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list if set(str(isa).split()) <= set(flags)]
+    key = json.dumps([torch.__version__, compiler, flags, reported, sys.executable])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    path = os.path.join(cache_dir(), "isaaclab_torchrl_cpu", f"vec_isa_ok-{digest}")
+    if not os.path.exists(path):
+        if [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()] != reported:
+            return
+        _write_atomic(path, None)
+    config.cpp.vec_isa_ok = True
 
 
 def _as_dict(cfg: object) -> object:
