@@ -47,6 +47,8 @@ for network in ("mlp", "lstm"):
     # the learner's precision options (agent.tf32, rsl_rl's use_mixed_precision)
     TRAINING_RUNS[f"torchrl_{network}_default_tf32"] = [*agent, "agent.tf32=true"]
     TRAINING_RUNS[f"torchrl_{network}_default_bf16"] = [*agent, "agent.algorithm.use_mixed_precision=true"]
+    # the update compiled (on a GPU the default; on the CPU off by default)
+    TRAINING_RUNS[f"torchrl_{network}_default_compiled"] = [*agent, "agent.compile=true"]
     for mode in ("sync", "async"):
         base = [*agent, "agent.collector.sync=" + ("true" if mode == "sync" else "false")]
         TRAINING_RUNS[f"torchrl_{network}_{mode}"] = base
