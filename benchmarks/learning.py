@@ -8,11 +8,12 @@ same env-step budget) in its own process and folder; the runs alternate seed by 
 drifts of the machine hit all trainers alike. The run names are ``benchmarks/throughput.py``'s (``rsl_rl``,
 ``rsl_rl_recurrent``, ``torchrl_{mlp,lstm}_{sync,async}``, ...). From each run's TensorBoard events it keeps the
 mean episode return and length per iteration, against env steps and against wall time since the first iteration,
-and writes ``<out>.json`` (every curve and a summary per trainer) and ``<out>.png`` (mean and min-max band per
-trainer). The summary gives, over seeds, the final return (mean, standard deviation, min, max), the area under the
-curve (the mean return over the whole budget), the env steps to reach 90% of the final return, and the wall time
-from the process start to a good policy: the median over seeds of the seconds until the mean return first reaches
-the first trainer's median final return, and 90% of the way there from its median first return.
+and the training statistics (losses, noise, lag correction, reward terms: ``DIAGNOSTICS``), and writes
+``<out>.json`` (every curve and a summary per trainer) and ``<out>.png`` (mean and min-max band per trainer). The
+summary gives, over seeds, the final return (mean, standard deviation, min, max), the area under the curve (the mean
+return over the whole budget), the env steps to reach 90% of the final return, and the wall time from the process
+start to a good policy: the median over seeds of the seconds until the mean return first reaches the first
+trainer's median final return, and 90% of the way there from its median first return.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ import time
 from throughput import TRAINING_RUNS, run_environment, training_command
 
 CURVES = {"return": "Train/mean_reward", "length": "Train/mean_episode_length"}
+DIAGNOSTICS = ("Loss/", "Policy/", "Perf/policy_lag", "Episode_Reward/", "Episode_Termination/", "Metrics/")
+"""Tags (prefixes) of the training statistics kept per logged iteration beside the curves, to tell where two
+trainers' learning parts: the losses, KL and learning rate, the noise, the lag correction's weights, the reward
+terms and the terminations."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -70,9 +75,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def read_curves(run_dir: str, started: float) -> dict:
-    """Env steps, seconds since the first iteration, mean return and episode length per logged iteration, and the
+    """Env steps, seconds since the first iteration, mean return and episode length per logged iteration, the
     seconds from the process start (``started``, epoch seconds) to the first iteration (none for a run stopped
-    before its first iteration was logged)."""
+    before its first iteration was logged), and the :data:`DIAGNOSTICS` per logged iteration (``diagnostics``)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
@@ -93,6 +98,11 @@ def read_curves(run_dir: str, started: float) -> dict:
         "wall_s": [event.wall_time - start for event in events["return"]],
         "start_s": start - started,
         **{name: [event.value for event in series] for name, series in events.items()},
+        "diagnostics": {
+            tag: [float(f"{event.value:.5g}") for event in accumulator.Scalars(tag)]
+            for tag in sorted(tags)
+            if tag.startswith(DIAGNOSTICS)
+        },
     }
 
 
