@@ -77,7 +77,7 @@ def parse_args() -> argparse.Namespace:
 def read_curves(run_dir: str, started: float) -> dict:
     """Env steps, seconds since the first iteration, mean return and episode length per logged iteration, the
     seconds from the process start (``started``, epoch seconds) to the first iteration (none for a run stopped
-    before its first iteration was logged), and the :data:`DIAGNOSTICS` per logged iteration (``diagnostics``)."""
+    before its first iteration was logged), and the :data:`DIAGNOSTICS` as ``[step, value]`` pairs (``diagnostics``)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
@@ -98,8 +98,10 @@ def read_curves(run_dir: str, started: float) -> dict:
         "wall_s": [event.wall_time - start for event in events["return"]],
         "start_s": start - started,
         **{name: [event.value for event in series] for name, series in events.items()},
+        # [event step, value]: the reward terms come only from iterations where an episode ended (the libraries
+        # number their iterations from 0 and 1)
         "diagnostics": {
-            tag: [float(f"{event.value:.5g}") for event in accumulator.Scalars(tag)]
+            tag: [[event.step, float(f"{event.value:.5g}")] for event in accumulator.Scalars(tag)]
             for tag in sorted(tags)
             if tag.startswith(DIAGNOSTICS)
         },

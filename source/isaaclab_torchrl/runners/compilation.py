@@ -155,8 +155,9 @@ def skip_checked_instruction_sets() -> None:
     this machine, with this compiler and this torch, a file in the compile cache folder says so, and later processes
     take the sets as checked (``torch._inductor.config.cpp.vec_isa_ok``, torch's own switch). The AVX-512 sets' checks
     of their bf16 and VNNI extensions do not read the switch and still run; what is saved is in
-    ``docs/benchmarks.md``. A set that fails is checked again in every process. A proposed upstream change: inductor
-    keeping its successful load checks (pytorch/pytorch#190561 proposes marker files).
+    ``docs/benchmarks.md``. A set that fails is checked again in every process. The switch is part of the key of
+    inductor's graph cache, so graphs cached before the first such process compile once more. A proposed upstream
+    change: inductor keeping its successful load checks (pytorch/pytorch#190561 proposes marker files).
     """
     from torch._inductor import config, cpu_vec_isa
     from torch._inductor.runtime.cache_dir_utils import cache_dir
@@ -177,7 +178,10 @@ def skip_checked_instruction_sets() -> None:
     if not os.path.exists(path):
         if [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()] != reported:
             return
-        _write_atomic(path, None)
+        try:
+            _write_atomic(path, None)
+        except OSError as exc:  # a read-only or full cache folder: later processes check again
+            logger.info("The instruction-set check's result is not kept (%s)", exc)
     config.cpp.vec_isa_ok = True
 
 
