@@ -5,10 +5,12 @@
 
 Each run (the names and commands of ``throughput.py``) is its own process in its own working folder, one after the
 other. Every output line is timed from the process start; the phases are the first lines that mark them (configs
-resolved, sizes known, an env's build started and finished, the workers ready, the first batch, the first
-iteration with its collection and learning seconds). A stack sampler runs in every Python process of the run
-(``start_sampler/sitecustomize.py`` on ``PYTHONPATH``): it gives the fork server's start and a worker's fork, and its
-files, kept in the run's folder (``--keep``), say what each process was doing at each moment.
+resolved, sizes known, an env's build started and finished, the workers ready, the first batch, the first iteration
+with its collection and learning seconds). With ``--cold`` every run starts from empty caches of its own, as a task
+config's first run on a machine (both libraries compile Warp's kernels; ours also its update). A stack sampler runs
+in every Python process of the run (``start_sampler/sitecustomize.py`` on ``PYTHONPATH``): it gives the fork
+server's start and a worker's fork, and its files, kept in the run's folder (``--keep``), say what each process was
+doing at each moment.
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--period", type=float, default=0.2, help="Seconds between two stack samples.")
     parser.add_argument("--timeout", type=float, default=600, help="Seconds one run may take.")
     parser.add_argument("--keep", action="store_true", help="Keep each run's folder, its samples and output.")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="Each run with empty caches of its own (Warp's kernels, inductor's and Triton's, the remembered sizes): "
+        "every run is a task config's first run on the machine.",
+    )
     parser.add_argument("--json", default=None, help="Write all results to this file.")
     args = parser.parse_args(argv)
     args.num_steps_per_env = args.num_learning_epochs = args.num_mini_batches = None  # each library's own
@@ -89,6 +97,11 @@ def run_once(name: str, args: argparse.Namespace, out_dir: str) -> dict:
     env = run_environment()
     env["PYTHONPATH"] = os.pathsep.join((SAMPLER, env["PYTHONPATH"]))
     env["SAMPLE_OUT"], env["SAMPLE_PERIOD"] = os.path.join(sample_dir, "s"), str(args.period)
+    if args.cold:  # Warp's and this project's caches are in the user's cache folder, Triton's beside it
+        env["XDG_CACHE_HOME"] = os.path.join(workdir, "cache")
+        env["TRITON_CACHE_DIR"] = os.path.join(workdir, "cache", "triton")
+        for variable in ("TORCHINDUCTOR_CACHE_DIR", "WARP_CACHE_PATH"):
+            env.pop(variable, None)
     start = time.time()
     env["SAMPLE_T0"] = repr(start)
     lines = []
