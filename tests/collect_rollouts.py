@@ -27,6 +27,8 @@ import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac La
 from isaaclab_torchrl import envs, training
 from isaaclab_torchrl.cli import make_train_parser, parse_args
 from isaaclab_torchrl.models import CollectionPolicyFactory
+from isaaclab_torchrl.recurrent import ROLLOUT_START_KEY, first_states
+from isaaclab_torchrl.runners import PPO
 from isaaclab_torchrl.runners.collection import AsyncCompactCollector, CompactCollector
 
 NUM_ENVS, STEPS, ROLLOUTS = 16, 16, 4
@@ -105,7 +107,8 @@ def collect(agent: str, plain: bool, graphed: bool, every_state: bool, device: s
         cudagraph_policy=graphed,
         every_state=every_state,
     )
-    batches = [batch.clone().cpu().to_dict() for batch in itertools.islice(collector, ROLLOUTS)]
+    collected = [batch.clone() for batch in itertools.islice(collector, ROLLOUTS)]
+    batches = [batch.cpu().to_dict() for batch in collected]
     # torchrl marks a step of inductor's CUDA graph trees before each call of a policy it graphs itself
     graph_trees = "torch._inductor.cudagraph_trees" in sys.modules
     runs = type(collector._wrapped_policy).__name__
@@ -118,7 +121,24 @@ def collect(agent: str, plain: bool, graphed: bool, every_state: bool, device: s
         "inductor_graph_trees": graph_trees,
         "runs": runs,
         "step_by_step": stepped,
+        "relogged": relog(run.agent_cfg, envs.env_interface(env), policy, collected, device),
     }
+
+
+def relog(agent_cfg, interface, policy, batches: list, device: str) -> list[dict]:
+    """The log-probabilities of each batch's actions as the learner recomputes them (its actor over whole slices, in
+    recurrent mode, from the states the batch holds), from the collecting policy's weights, beside the collected
+    ones: the update must see what the acting policy saw."""
+    learner = PPO(agent_cfg, interface, device)
+    learner.collection_policy.load_state_dict(policy.state_dict())
+    out = []
+    for batch in batches:
+        batch = batch.to(device)
+        if ROLLOUT_START_KEY in batch.keys():
+            batch = first_states(batch, learner.state_shapes)
+        recomputed, _ = learner.proximal_log_probs_and_weights(batch)
+        out.append({"collected": batch["action_log_prob"].cpu(), "recomputed": recomputed.cpu()})
+    return out
 
 
 def main(out: str, flags: list[str]) -> None:
