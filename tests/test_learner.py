@@ -157,6 +157,22 @@ def test_lag_corrected_update_clips_against_the_proximal_policy_and_weights_adva
 
 
 @pytest.mark.parametrize("rnn_type", [None, "lstm"])
+def test_rounding_between_the_proximal_and_the_acting_policy_is_not_truncation(rnn_type):
+    """Without lag the acting log-probabilities are the proximal ones up to rounding (on a GPU the update's recurrent
+    backend against the worker's step-by-step one): the weights are one and no sample counts as truncated."""
+    torch.manual_seed(0)
+    learner = PPO(_cfg(rnn_type, **ONE_STEP), INTERFACE, "cpu", lag_corrected=True)
+    batch = _batch(rnn_type)
+    proximal, _ = learner.proximal_log_probs_and_weights(batch.clone())
+    batch["action_log_prob"] = proximal - 1e-5  # the acting policy's, rounded a little lower
+
+    stats = _update(learner, batch)
+
+    assert stats["importance_weight"] == pytest.approx(1.0)
+    assert stats["truncated_fraction"] == 0.0
+
+
+@pytest.mark.parametrize("rnn_type", [None, "lstm"])
 def test_minibatches_are_steps_for_an_mlp_and_slices_for_a_recurrent_policy(rnn_type):
     """rsl_rl's two generators: an MLP's minibatches mix single steps of all slices; a recurrent policy's keep
     whole slices (its state runs along them), with the state stored at each slice's first step; every epoch covers
