@@ -22,6 +22,7 @@ import sys
 import torch
 from isaaclab_rl.torchrl import IsaacLabTorchRLWrapper
 from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
+from torchrl.modules import set_recurrent_mode
 
 import isaaclab_torchrl  # noqa: F401  (registers the torchrl agents on Isaac Lab's tasks)
 from isaaclab_torchrl import envs, training
@@ -128,7 +129,7 @@ def collect(agent: str, plain: bool, graphed: bool, every_state: bool, device: s
 def relog(agent_cfg, interface, policy, batches: list, device: str) -> list[dict]:
     """The log-probabilities of each batch's actions as the learner recomputes them (its actor over whole slices, in
     recurrent mode, from the states the batch holds), from the collecting policy's weights, beside the collected
-    ones: the update must see what the acting policy saw."""
+    ones, and the action means likewise: the update must see what the acting policy saw."""
     learner = PPO(agent_cfg, interface, device)
     learner.collection_policy.load_state_dict(policy.state_dict())
     out = []
@@ -137,7 +138,16 @@ def relog(agent_cfg, interface, policy, batches: list, device: str) -> list[dict
         if ROLLOUT_START_KEY in batch.keys():
             batch = first_states(batch, learner.state_shapes)
         recomputed, _ = learner.proximal_log_probs_and_weights(batch)
-        out.append({"collected": batch["action_log_prob"].cpu(), "recomputed": recomputed.cpu()})
+        with torch.no_grad(), set_recurrent_mode(True):
+            loc = learner.actor.get_dist(batch.clone(False)).mean
+        out.append(
+            {
+                "collected": batch["action_log_prob"].cpu(),
+                "recomputed": recomputed.cpu(),
+                "collected_loc": batch["loc"].cpu(),
+                "recomputed_loc": loc.cpu(),
+            }
+        )
     return out
 
 

@@ -125,18 +125,19 @@ def test_a_batch_holds_the_recurrent_state_its_rollout_starts_from(rollouts):
 @pytest.mark.parametrize("agent", ["torchrl", "torchrl_lstm"])
 def test_the_learner_recomputes_the_acting_policys_log_probabilities(rollouts, agent, kind):
     """From the collecting policy's weights, the learner's actor over whole slices (recurrent mode, from the states
-    the batch holds, reset where episodes start) gives back the log-probabilities the worker's policy acted with:
-    the update sees what the acting policy saw, and with no lag every importance weight is one."""
+    the batch holds, reset where episodes start) gives back the log-probabilities and action means the worker's
+    policy acted with: the update sees what the acting policy saw, and with no lag every importance weight is one."""
     relogged = rollouts[kind][agent]["relogged"]
     assert len(relogged) == len(rollouts[kind][agent]["batches"])
     for index, pair in enumerate(relogged):
         torch.testing.assert_close(pair["recomputed"], pair["collected"], atol=1e-4, rtol=1e-5, msg=f"batch {index}")
+        torch.testing.assert_close(pair["recomputed_loc"], pair["collected_loc"], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("agent", ["torchrl", "torchrl_lstm"])
 def test_the_graphed_policy_collects_the_same_batches_without_inductors_graph_trees(rollouts, agent):
     graphed, ours = rollouts["graphed"][agent], rollouts["ours"][agent]
-    assert graphed["runs"] == "CudaGraphModule" and ours["runs"] != "CudaGraphModule"
+    assert graphed["runs"] == "CallerSafeCudaGraph" and ours["runs"] != "CallerSafeCudaGraph"
     assert not graphed["inductor_graph_trees"]
     for our_batch, graphed_batch in zip(ours["batches"], graphed["batches"], strict=True):
         our_leaves, graphed_leaves = _leaves(our_batch), _leaves(graphed_batch)

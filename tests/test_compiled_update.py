@@ -192,3 +192,22 @@ def test_the_graphed_gradient_step_leaves_each_calls_gradients():
         expected = torch.autograd.grad(network(x).square().mean(), list(network.parameters()))
         for parameter, gradient in zip(network.parameters(), expected, strict=True):
             torch.testing.assert_close(parameter.grad, gradient, msg=f"call {call + 1}")
+
+
+def test_the_graphed_modules_leave_the_callers_tensordict_its_tensors():
+    """The workers' graphed policy and the graphed gradient step take a tensordict whose tensors others hold too (the
+    collector's step data until the rollout's end, the minibatches the epochs go through again). tensordict's
+    ``CudaGraphModule`` replaces them with clones in the caller's tensordict on its warm-up and capturing calls, and
+    the graph's replays then overwrite the capturing call's clones with their own inputs. On the CPU the module
+    runs every call as a warm-up."""
+    from tensordict import TensorDict
+
+    from isaaclab_torchrl.runners.compilation import CallerSafeCudaGraph, GradientStepGraph
+
+    for graph_class in (CallerSafeCudaGraph, GradientStepGraph):
+        graphed = graph_class(lambda data: TensorDict(y=data["x"] * 2), in_keys=[], out_keys=[], device="cpu")
+        x = torch.randn(4, 3)
+        data = TensorDict(x=x)
+        out = graphed(data)
+        assert data["x"] is x, graph_class.__name__
+        torch.testing.assert_close(out["y"], 2 * x)

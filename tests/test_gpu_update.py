@@ -42,3 +42,24 @@ def test_the_gpu_update_equals_the_plain_pytorch_one(rnn_type, compile_, cudagra
         torch.testing.assert_close(after, expected.detach(), atol=1e-5, rtol=1e-5, msg=f"parameter {index}")
     for key, value in reference.stats.items():
         assert stats[key] == pytest.approx(value, abs=1e-5, rel=1e-5), key
+
+
+@pytest.mark.parametrize("rnn_type", ["lstm", None])
+def test_the_graphed_update_equals_the_eager_one_over_epochs_of_several_minibatches(rnn_type):
+    """The epochs go through the same minibatches again, and the graph is captured on one of them: its replays must
+    not write the other minibatches into it (:class:`~isaaclab_torchrl.runners.compilation.CallerSafeCudaGraph`).
+    Both updates compile their losses and split the batch alike (the same seed on the same device)."""
+    updated = []
+    for cudagraphs in (False, True):
+        torch.manual_seed(0)
+        cfg = _cfg(rnn_type, epochs=3, minibatches=2, schedule="fixed")
+        cfg.device = "cuda:0"
+        cfg.compile, cfg.cudagraphs = True, cudagraphs
+        if rnn_type:
+            cfg.policy.recurrent_backend = "fused"
+        learner = PPO(cfg, INTERFACE, "cuda:0")
+        torch.manual_seed(SEED)
+        learner.update(_batch(rnn_type).to("cuda:0"))
+        updated.append([p.detach().cpu() for p in _learner_parameters(learner)])
+    for index, (eager, graphed) in enumerate(zip(*updated, strict=True)):
+        torch.testing.assert_close(graphed, eager, atol=1e-5, rtol=1e-5, msg=f"parameter {index}")

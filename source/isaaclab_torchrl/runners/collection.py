@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterator
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import CudaGraphModule
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from ..agents.torchrl_cfg import TorchRLRunnerCfg
 from ..envs import IsaacLabEnvFactory
 from ..recurrent import ROLLOUT_START_KEY, fold_states
+from .compilation import CallerSafeCudaGraph
 from .safety import CollectorWatchdog, WorkerFailure, init_worker
 
 
@@ -190,8 +190,9 @@ class CompactCollector(Collector):
     * ``cudagraph_policy``: before every call of the graphed policy the collector calls
       ``torch.compiler.cudagraph_mark_step_begin()``, which marks a step of inductor's CUDA graph trees (for a
       compiled policy) and imports inductor the first time (~2.5 s of each worker's start on the H200); tensordict's
-      ``CudaGraphModule`` does not use those trees. Here the collector wraps the policy in the same
-      ``CudaGraphModule`` itself and does not mark steps. The module replays into a fresh clone, as torchrl clones
+      ``CudaGraphModule`` does not use those trees. Here the collector wraps the policy in a ``CudaGraphModule``
+      itself (:class:`~isaaclab_torchrl.runners.compilation.CallerSafeCudaGraph`, which leaves the collector's step
+      data its own tensors) and does not mark steps. The module replays into a fresh clone, as torchrl clones
       a graphed policy's outputs (:class:`~isaaclab_torchrl.models.CollectionPolicy` returns a new tensordict).
     """
 
@@ -208,7 +209,7 @@ class CompactCollector(Collector):
     def _wrapped_policy(self):
         if self._wrapped_policy_maybe_compiled is None and self._graph_kwargs is not None:
             policy, kwargs = self._wrapped_policy_uncompiled, self._graph_kwargs
-            self._wrapped_policy_maybe_compiled = CudaGraphModule(
+            self._wrapped_policy_maybe_compiled = CallerSafeCudaGraph(
                 policy, in_keys=[], out_keys=[], device=self.policy_device, **kwargs
             )
         return Collector._wrapped_policy.fget(self)

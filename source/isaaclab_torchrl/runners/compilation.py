@@ -212,8 +212,25 @@ def _write_atomic(path: str, compiled) -> None:
             os.remove(temporary)
 
 
-class GradientStepGraph(CudaGraphModule):
-    """tensordict's ``CudaGraphModule`` for a step whose result is its gradients, in the parameters' ``.grad``.
+class CallerSafeCudaGraph(CudaGraphModule):
+    """tensordict's ``CudaGraphModule`` that leaves the caller's tensordict holding the tensors it held.
+
+    Its warm-up and capturing calls clone the input's tensors into the caller's tensordict itself, and the graph then
+    reads the capturing call's clones, which every replay overwrites with its own input. Whatever else holds that
+    tensordict sees the later calls' inputs in it: the collector keeps each step's tensordict until the rollout's end,
+    so the first rollout's first step recorded the observations of its last; the first update's capturing
+    minibatch, gone through again in later epochs, held the minibatch replayed before it. Those calls get a shallow
+    copy here. A proposed upstream change: clone into a new tensordict, not the caller's.
+    """
+
+    def __call__(self, tensordict, *args, **kwargs):
+        if getattr(self, "graph", None) is None:  # a warm-up or the capture: they replace the input's tensors
+            tensordict = tensordict.copy()
+        return super().__call__(tensordict, *args, **kwargs)
+
+
+class GradientStepGraph(CallerSafeCudaGraph):
+    """A :class:`CallerSafeCudaGraph` for a step whose result is its gradients, in the parameters' ``.grad``.
 
     The call that captures the graph runs the step once eagerly and then records it; the recording runs no kernel,
     but ``zero_grad(set_to_none=True)`` and ``backward`` under it leave each ``.grad`` pointing at a new buffer of the
