@@ -218,9 +218,9 @@ class CallerSafeCudaGraph(CudaGraphModule):
     Its warm-up and capturing calls clone the input's tensors into the caller's tensordict itself, and the graph then
     reads the capturing call's clones, which every replay overwrites with its own input. Whatever else holds that
     tensordict sees the later calls' inputs in it: the collector keeps each step's tensordict until the rollout's end,
-    so the first rollout's first step recorded the observations of its last; the first update's capturing
-    minibatch, gone through again in later epochs, held the minibatch replayed before it. Those calls get a shallow
-    copy here. A proposed upstream change: clone into a new tensordict, not the caller's.
+    so the first rollout's first step recorded the observations of its last (``docs/benchmarks.md``); the first
+    update's capturing minibatch, gone through again in later epochs, would hold the minibatch replayed before it.
+    Those calls get a shallow copy here. A proposed upstream change: clone into a new tensordict, not the caller's.
     """
 
     def __call__(self, tensordict, *args, **kwargs):
