@@ -13,19 +13,24 @@ from ppo_reference import INTERFACE, SEED, _batch, _cfg, _learner_parameters, _r
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
+def _gpu_learner(rnn_type, compile_: bool, cudagraphs: bool, minibatches: int) -> PPO:
+    """A learner on the GPU, its weights from seed 0, for three epochs of ``minibatches`` minibatches."""
+    torch.manual_seed(0)
+    cfg = _cfg(rnn_type, epochs=3, minibatches=minibatches, schedule="fixed")
+    cfg.device = "cuda:0"
+    cfg.compile, cfg.cudagraphs = compile_, cudagraphs
+    if rnn_type:
+        cfg.policy.recurrent_backend = "fused"
+    return PPO(cfg, INTERFACE, "cuda:0")
+
+
 @pytest.mark.parametrize(
     ("rnn_type", "compile_", "cudagraphs"),
     [("lstm", True, True), ("lstm", True, False), ("lstm", False, False), (None, True, True)],
 )
 def test_the_gpu_update_equals_the_plain_pytorch_one(rnn_type, compile_, cudagraphs):
-    torch.manual_seed(0)
     # three gradient steps of one minibatch: the first runs eagerly, the second captures the graph, the third replays
-    cfg = _cfg(rnn_type, epochs=3, minibatches=1, schedule="fixed")
-    cfg.device = "cuda:0"
-    cfg.compile, cfg.cudagraphs = compile_, cudagraphs
-    if rnn_type:
-        cfg.policy.recurrent_backend = "fused"
-    learner = PPO(cfg, INTERFACE, "cuda:0")
+    learner = _gpu_learner(rnn_type, compile_, cudagraphs, minibatches=1)
     twin = types.SimpleNamespace(
         actor=copy.deepcopy(learner.actor).cpu(), critic=copy.deepcopy(learner.critic).cpu(), cfg=learner.cfg
     )
@@ -51,13 +56,7 @@ def test_the_graphed_update_equals_the_eager_one_over_epochs_of_several_minibatc
     Both updates compile their losses and split the batch alike (the same seed on the same device)."""
     updated = []
     for cudagraphs in (False, True):
-        torch.manual_seed(0)
-        cfg = _cfg(rnn_type, epochs=3, minibatches=2, schedule="fixed")
-        cfg.device = "cuda:0"
-        cfg.compile, cfg.cudagraphs = True, cudagraphs
-        if rnn_type:
-            cfg.policy.recurrent_backend = "fused"
-        learner = PPO(cfg, INTERFACE, "cuda:0")
+        learner = _gpu_learner(rnn_type, compile_=True, cudagraphs=cudagraphs, minibatches=2)
         torch.manual_seed(SEED)
         learner.update(_batch(rnn_type).to("cuda:0"))
         updated.append([p.detach().cpu() for p in _learner_parameters(learner)])
