@@ -32,10 +32,9 @@ STEP_STATISTICS = ("surrogate", "value", "entropy", "kl", "grad_norm")
 MAX_IMPORTANCE_WEIGHT = 1.0
 """Truncation of the importance weight between the proximal and the acting policy (lag-corrected PPO)."""
 
-TRUNCATION_TOLERANCE = 1e-3
-"""How far (in log-probability) a sample's ratio must pass the truncation to count in ``truncated_fraction``. Without
-lag the proximal and the acting log-probabilities differ by rounding only (the update's recurrent backend against the
-worker's step by step, ~1e-5 on a GPU), which would count half the samples as truncated."""
+TRUNCATED_LOG_RATIO = math.log(MAX_IMPORTANCE_WEIGHT) + 1e-3
+"""The log-ratio past which a sample counts in ``truncated_fraction``, a margin above the cut: without lag the
+proximal and acting log-probabilities differ by rounding only (~1e-5 on a GPU), which would count half the samples."""
 
 
 class PPO:
@@ -192,8 +191,7 @@ class PPO:
         if self.lag_corrected:
             proximal = self._proximal_distribution(batch)
             proximal_log_prob, weight = self._importance_weights(proximal, batch)
-            log_ratio = proximal_log_prob - batch["action_log_prob"]
-            truncated = log_ratio > math.log(MAX_IMPORTANCE_WEIGHT) + TRUNCATION_TOLERANCE
+            truncated = proximal_log_prob - batch["action_log_prob"] > TRUNCATED_LOG_RATIO
             # kept on the device and read with the update's other statistics, so the epochs start without a wait
             extension_stats |= {"importance_weight": weight.mean(), "truncated_fraction": truncated.float().mean()}
             # the proximal policy is the reference of the ratio, the clip and the KL
