@@ -86,19 +86,20 @@ def _rsl_rl_parameters(ppo: RslRlPPO) -> list[torch.Tensor]:
     return found
 
 
-def _rollout(ppo: RslRlPPO, generator: torch.Generator, terminations: set) -> torch.Tensor:
-    """``T`` steps of rsl_rl's runner loop in a scripted environment; returns the dones ``[T, N]``."""
+def _rollout(
+    ppo: RslRlPPO, generator: torch.Generator, obs: torch.Tensor, terminations: set
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``T`` steps of rsl_rl's runner loop in a scripted environment from the observations ``obs``; returns the dones
+    ``[T, N]`` and the observations after the last step."""
     dones = torch.zeros(T, N)
     for step, env in terminations:
         dones[step, env] = 1.0
     for step in range(T):
         with torch.no_grad():
-            ppo.act(TensorDict({"policy": ppo.next_obs}, [N]))
-        ppo.next_obs = torch.randn(N, OBS, generator=generator)
-        ppo.process_env_step(
-            TensorDict({"policy": ppo.next_obs}, [N]), torch.randn(N, generator=generator), dones[step], {}
-        )
-    return dones
+            ppo.act(TensorDict({"policy": obs}, [N]))
+        obs = torch.randn(N, OBS, generator=generator)
+        ppo.process_env_step(TensorDict({"policy": obs}, [N]), torch.randn(N, generator=generator), dones[step], {})
+    return dones, obs
 
 
 def _collected_batch(ppo: RslRlPPO, dones: torch.Tensor, first_is_init: torch.Tensor, last_obs) -> TensorDict:
@@ -135,13 +136,14 @@ def test_one_update_equals_rsl_rls_on_the_same_rollout(rnn_type):
     rsl_rl = _rsl_rl_ppo(rnn_type)
     learner = _learner(rnn_type, rsl_rl)
     generator = torch.Generator().manual_seed(1)
-    rsl_rl.next_obs = torch.randn(N, OBS, generator=generator)
-    first = _rollout(rsl_rl, generator, {(T - 1, 3)})  # its recurrent states carry into the compared rollout
+    obs = torch.randn(N, OBS, generator=generator)
+    # the first rollout's recurrent states carry into the compared one
+    first, obs = _rollout(rsl_rl, generator, obs, {(T - 1, 3)})
     rsl_rl.storage.clear()
-    dones = _rollout(rsl_rl, generator, TERMINATIONS)
-    batch = _collected_batch(rsl_rl, dones, first[-1].bool(), rsl_rl.next_obs)
+    dones, last_obs = _rollout(rsl_rl, generator, obs, TERMINATIONS)
+    batch = _collected_batch(rsl_rl, dones, first[-1].bool(), last_obs)
     with torch.no_grad():
-        rsl_rl.compute_returns(TensorDict({"policy": rsl_rl.next_obs}, [N]))
+        rsl_rl.compute_returns(TensorDict({"policy": last_obs}, [N]))
     if rnn_type:
         assert batch["actor_rnn_h"][:, 0].abs().sum() > 0 and not batch["is_init"][:, 0].all()
 
