@@ -44,8 +44,8 @@ for network in ("mlp", "lstm"):
     agent = [TRAIN_SCRIPT, "--agent", "torchrl" if network == "mlp" else "torchrl_lstm"]
     # what a user gets (agent.speed=auto: on a GPU, compiled + graphed update, graphed inference, async collection)
     TRAINING_RUNS[f"torchrl_{network}_default"] = agent
-    # the learner's precision options (agent.tf32, rsl_rl's use_mixed_precision)
-    TRAINING_RUNS[f"torchrl_{network}_default_tf32"] = [*agent, "agent.tf32=true"]
+    # the learner's precision options (agent.tf32, on by default; rsl_rl's use_mixed_precision)
+    TRAINING_RUNS[f"torchrl_{network}_default_fp32"] = [*agent, "agent.tf32=false"]
     TRAINING_RUNS[f"torchrl_{network}_default_bf16"] = [*agent, "agent.algorithm.use_mixed_precision=true"]
     # the update compiled (on a GPU the default; on the CPU off by default)
     TRAINING_RUNS[f"torchrl_{network}_default_compiled"] = [*agent, "agent.compile=true"]

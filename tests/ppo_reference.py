@@ -39,6 +39,7 @@ def _cfg(rnn_type, epochs, minibatches, schedule, learning_rate=LR, clip_param=C
         num_steps_per_env=T,
         max_iterations=1,
         experiment_name="test",
+        tf32=False,  # on a GPU too: the reference computes in float32
         policy=TorchRLPolicyCfg(
             rnn_type=rnn_type, rnn_hidden_size=HIDDEN, actor_hidden_dims=[8], critic_hidden_dims=[8], init_noise_std=0.8
         ),

@@ -29,6 +29,7 @@ def test_defaults_are_the_fast_settings_on_a_gpu(recurrent):
     assert cfg.policy.recurrent_backend == "fused"
     line = speed_summary(cfg)
     assert line.startswith("update: compiled + CUDA graph")
+    assert line.split(";")[0].endswith(", TF32 products")  # as rsl_rl's learner computes under Isaac Lab
     assert "inference: CUDA graph; collection: async, 1 worker; batches stored on cuda:0" in line
     assert ("(lstm, recurrent backend fused)" in line) == recurrent
 
@@ -48,6 +49,7 @@ def test_defaults_on_the_cpu_are_the_plain_settings_with_asynchronous_collection
 def test_a_cpu_learner_next_to_a_gpu_simulation_gets_an_eager_update():
     cfg = _resolved(device="cuda:0", train_device="cpu")
     assert cfg.compile is False and cfg.cudagraphs is False
+    assert "TF32" not in speed_summary(cfg)
     assert cfg.collector.cudagraph_policy is True and cfg.collector.sync is False
 
 

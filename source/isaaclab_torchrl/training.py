@@ -57,7 +57,7 @@ def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
         update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend})"
     if getattr(agent_cfg.algorithm, "use_mixed_precision", False):
         update += ", bfloat16 losses"
-    if agent_cfg.tf32:
+    if agent_cfg.tf32 and str(agent_cfg.train_device or agent_cfg.device).startswith("cuda"):
         update += ", TF32 products"
     workers = collector.num_collectors
     storage = collector.storing_device or agent_cfg.device

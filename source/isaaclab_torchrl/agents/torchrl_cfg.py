@@ -291,9 +291,10 @@ class TorchRLRunnerCfg:
     first two minibatches run eagerly and the third is captured, within the training loop. Needs a CUDA learner,
     :attr:`compile`, and an MLP policy or a ``policy.recurrent_backend`` other than ``pad`` (which splits
     trajectories with data-dependent shapes, which a graph cannot replay). ``None``: see :attr:`speed`."""
-    tf32: bool = False
-    """Let the learner's float32 matrix products (the update and GAE, on a CUDA learner) use TF32, as cuDNN's LSTM,
-    which rsl_rl's recurrent policies run, does by default; the workers' inference is unaffected."""
+    tf32: bool = True
+    """Let the learner's float32 matrix products (the update and GAE, on a CUDA learner) use TF32, as rsl_rl's do when
+    Isaac Lab trains it (its launcher allows TF32 in CUDA's products and cuDNN's) and as the workers' cuDNN inference
+    does by default; ``false``: float32. The measurement behind the default: ``docs/benchmarks.md``."""
     num_steps_per_env: int = MISSING
     max_iterations: int = MISSING
     save_interval: int = 50
