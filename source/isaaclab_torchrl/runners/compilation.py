@@ -30,19 +30,14 @@ recurrent layers run :mod:`isaaclab_torchrl.recurrent`'s fused pass)."""
 
 
 def compile_losses(losses: Callable, cfg: object) -> Callable:
-    """``losses`` compiled by ``torch.compile``: traced with :data:`COMPILE_SETTINGS`, and its forward and backward
-    graphs kept in AOTAutograd's cache although they contain a custom ``autograd.Function``.
+    """``losses`` compiled by ``torch.compile``, traced with :data:`COMPILE_SETTINGS`.
 
-    torch 2.11 leaves such graphs out of AOTAutograd's cache by default, so every new process traced the joint graph
-    and partitioned it again. The fused recurrent pass (:mod:`isaaclab_torchrl.recurrent`) is such a function; dynamo
-    traces its forward and its backward into the graph (``autograd_function_apply``), so they are part of the key of
-    the cached entry. The cached steps and what is left of a run's first update are in ``docs/benchmarks.md``.
-
-    The result is a :class:`SavedTrace` keyed by the runner's ``cfg``: dynamo's trace persists too, and the plain
-    compiled method is its fallback.
+    The fused recurrent layers are operators of their own (:mod:`isaaclab_torchrl.recurrent_layers`): one node each
+    of the graph, forward and backward, whose steps are compiled apart, once. The result is a :class:`SavedTrace`
+    keyed by the runner's ``cfg``: dynamo's trace persists too, and the plain compiled method is its fallback. What a
+    run's first update takes, with the caches cold and warm, is in ``docs/benchmarks.md``.
     """
     compiled = torch._dynamo.config.patch(**COMPILE_SETTINGS)(torch.compile(losses))
-    compiled = torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True)(compiled)
     return SavedTrace(losses, cfg, compiled)
 
 
@@ -52,7 +47,7 @@ class SavedTrace:
     of the same config (``torch.compiler.load_compiled_function``) instead of being traced again.
 
     The inductor and AOTAutograd caches already keep the compiled kernels; what they do not keep is dynamo's
-    trace of the Python code, seconds for an unrolled recurrent pass, paid again by every run. The file keeps the
+    trace of the Python code, seconds for the update, paid again by every run. The file keeps the
     tensor guards only (the others cannot be saved), so what the dropped guards checked is checked here: the file's
     name is a hash of the config, the device, the precision flags, the library versions and the minibatch's
     structure, and a loaded trace is used only if the source of every function it traced is unchanged and the
@@ -126,9 +121,8 @@ class SavedTrace:
 
     def _trace(self, args: tuple):
         dynamo = torch._dynamo.config.patch(enable_aot_compile=True, **COMPILE_SETTINGS)
-        functorch = torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True)
         options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
-        with dynamo, functorch:
+        with dynamo:
             return torch.compile(self.function, fullgraph=True, options=options).aot_compile(((self.owner, *args), {}))
 
 
