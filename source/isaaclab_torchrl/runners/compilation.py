@@ -20,6 +20,8 @@ import torch
 import torchrl
 from tensordict.nn import CudaGraphModule
 
+from .. import recurrent_layers
+
 logger = logging.getLogger(__name__)
 
 COMPILE_SETTINGS = {"allow_rnn": True}
@@ -38,7 +40,17 @@ def compile_losses(losses: Callable, cfg: object) -> Callable:
     run's first update takes, with the caches cold and warm, is in ``docs/benchmarks.md``.
     """
     compiled = torch._dynamo.config.patch(**COMPILE_SETTINGS)(torch.compile(losses))
+    compiled = torch.compiler.config.patch(cache_key_tag=operators_tag())(compiled)
     return SavedTrace(losses, cfg, compiled)
+
+
+def operators_tag() -> str:
+    """torch's compile caches' key tag while the update compiles: the user's (``TORCH_COMPILE_CACHE_KEY_TAG``) and a
+    digest of :mod:`isaaclab_torchrl.recurrent_layers`. A cached graph calls the layers' operators by name, and the
+    caches' keys read neither their output layout nor their code: a graph cached before an edit of that module
+    would expect the outputs as they were."""
+    digest = hashlib.sha256(inspect.getsource(recurrent_layers).encode()).hexdigest()[:16]
+    return f"{torch.compiler.config.cache_key_tag}+isaaclab_torchrl-{digest}"
 
 
 class SavedTrace:
@@ -84,7 +96,7 @@ class SavedTrace:
             "config": {name: _as_dict(getattr(self.cfg, name, None)) for name in ("policy", "algorithm", "tf32")},
             "hardware": [device, hardware, platform.machine()],
             "flags": [torch.backends.cuda.matmul.allow_tf32, torch.are_deterministic_algorithms_enabled()],
-            "versions": [torch.__version__, tensordict.__version__, torchrl.__version__],
+            "versions": [torch.__version__, tensordict.__version__, torchrl.__version__, operators_tag()],
             "minibatch": leaves,
         }
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
@@ -122,7 +134,7 @@ class SavedTrace:
     def _trace(self, args: tuple):
         dynamo = torch._dynamo.config.patch(enable_aot_compile=True, **COMPILE_SETTINGS)
         options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
-        with dynamo:
+        with dynamo, torch.compiler.config.patch(cache_key_tag=operators_tag()):
             return torch.compile(self.function, fullgraph=True, options=options).aot_compile(((self.owner, *args), {}))
 
 
