@@ -8,13 +8,14 @@ import torch
 from tensordict import TensorDict
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
-from isaaclab_torchrl import recurrent
 from isaaclab_torchrl.recurrent import (
     ROLLOUT_START_KEY,
     FusedGRUModule,
     FusedLSTMModule,
     PaddedGRUModule,
     PaddedLSTMModule,
+    _GRULayer,
+    _LSTMLayer,
     fold_states,
 )
 from isaaclab_torchrl.runners import PPO
@@ -87,8 +88,9 @@ def test_fused_backend_equals_torchrls_pad_backend(rnn_type, num_layers):
             torch.testing.assert_close(actual, wanted, atol=1e-5, rtol=1e-5)
     # without gradients (GAE's value pass, the proximal pass: no grad mode, or nothing that requires one) the plain
     # loop runs, not the layer that keeps its backward pass's tensors, and gives the same features and states
+    layer = _LSTMLayer if rnn_type == "lstm" else _GRULayer
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(recurrent, f"{rnn_type}_with_grad", _refuse)
+        patch.setattr(layer, "apply", _refuse)
         with torch.no_grad(), set_recurrent_mode(True):
             without_grad = fused(slices.clone())
         for parameter in fused.parameters():

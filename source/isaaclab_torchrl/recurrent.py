@@ -8,9 +8,16 @@ padded at their ends, run through ``nn.LSTM`` / ``nn.GRU`` (cuDNN, MKL) without 
 torchrl's :class:`~torchrl.modules.LSTMModule` and :class:`~torchrl.modules.GRUModule` keep their keys, their
 step-by-step collection path (cuDNN, one step) and their weights; only their pass over trajectory slices in
 recurrent mode (GAE, the update) is replaced. It keeps the slices' fixed shape (a CUDA graph replays it) and
-computes what torchrl's ``scan`` backend computes, with a backward pass written out instead of traced
-(:mod:`isaaclab_torchrl.recurrent_layers`); compiled and graphed, it updates faster than torchrl's ``scan`` on a GPU
-(``docs/benchmarks.md``).
+computes what torchrl's ``scan`` backend computes, with a backward pass written out instead of traced:
+
+* the input projection of every step is one matrix product before the time loop, and the weight gradients are
+  one matrix product each over all steps after it; only the hidden state's own product stays in the loop;
+* the time loop is a plain Python loop over the slice's fixed number of steps, which ``torch.compile`` unrolls;
+  compiled and graphed, it updates faster than torchrl's ``scan`` on a GPU (``docs/benchmarks.md``);
+* at an episode start the state entering the step is zero, as in the step-by-step path; no gradient flows across it;
+* without gradients (GAE's value pass and the proximal pass over the whole batch) a plain loop keeps each step's
+  states only, not what the backward pass reads: on a GPU the learner's peak memory is that pass's
+  (``docs/benchmarks.md``).
 
 Every backend reads a slice's stored state at its first step only (:func:`first_states`): a batch stores the state
 each rollout starts from once, folded across the rollout's steps (:func:`fold_states`), not the state of every step.
@@ -25,7 +32,162 @@ from tensordict import TensorDictBase
 from torchrl.modules import GRUModule, LSTMModule
 
 from .autoreset import StatePrimer
-from .recurrent_layers import gru_with_grad, gru_without_grad, lstm_with_grad, lstm_without_grad
+
+
+def _lstm_cell(gates: torch.Tensor, c: torch.Tensor):
+    """One LSTM step from its gates before activation ``[B, 4H]`` and the cell state entering it: the activated gates
+    (input, forget, cell, output), the new cell state and the new hidden state."""
+    i, f, g, o = gates.chunk(4, -1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    c = f * c + i * g
+    return (i, f, g, o), c, o * c.tanh()
+
+
+def _gru_cell(gates_x: torch.Tensor, gates_h: torch.Tensor, h: torch.Tensor):
+    """One GRU step from the input's and the hidden state's products ``[B, 3H]`` (biases included) and the hidden
+    state entering it: the gates (reset, update, new), the hidden product's new-gate part, and the new hidden state."""
+    x_r, x_z, x_n = gates_x.chunk(3, -1)
+    h_r, h_z, h_n = gates_h.chunk(3, -1)
+    r = (x_r + h_r).sigmoid()
+    z = (x_z + h_z).sigmoid()
+    n = (x_n + r * h_n).tanh()
+    return (r, z, n, h_n), n + z * (h - n)
+
+
+class _LSTMLayer(torch.autograd.Function):
+    """One LSTM layer over ``T`` steps: ``x [T, B, I]``, initial states ``[B, H]``, episode starts ``[T, B, 1]``.
+
+    Returns the hidden and the cell state of every step, ``[T, B, H]`` each.
+    """
+
+    @staticmethod
+    def forward(ctx, x, h, c, is_init, w_ih, w_hh, bias):
+        steps, batch = x.shape[:2]
+        gates_x = torch.addmm(bias, x.flatten(0, 1), w_ih.t()).view(steps, batch, -1)
+        hs, cs, previous_hs, previous_cs, gates = [], [], [], [], []
+        for t in range(steps):
+            h = torch.where(is_init[t], 0.0, h)
+            c = torch.where(is_init[t], 0.0, c)
+            previous_hs.append(h)
+            previous_cs.append(c)
+            activated, c, h = _lstm_cell(torch.addmm(gates_x[t], h, w_hh.t()), c)
+            hs.append(h)
+            cs.append(c)
+            gates.append(torch.cat(activated, -1))
+        hs, cs = torch.stack(hs), torch.stack(cs)
+        previous_hs, previous_cs, gates = torch.stack(previous_hs), torch.stack(previous_cs), torch.stack(gates)
+        ctx.save_for_backward(x, previous_hs, previous_cs, cs, gates, is_init, w_ih, w_hh)
+        return hs, cs
+
+    @staticmethod
+    def backward(ctx, grad_hs, grad_cs):
+        x, previous_hs, previous_cs, cs, gates, is_init, w_ih, w_hh = ctx.saved_tensors
+        steps = x.shape[0]
+        grad_h = torch.zeros_like(previous_hs[0])
+        grad_c = torch.zeros_like(previous_cs[0])
+        grad_gates = [None] * steps
+        for t in reversed(range(steps)):
+            i, f, g, o = gates[t].chunk(4, -1)
+            tanh_c = cs[t].tanh()
+            grad_h = grad_hs[t] + grad_h
+            grad_c = grad_cs[t] + grad_c + grad_h * o * (1 - tanh_c * tanh_c)
+            grad_gates[t] = torch.cat(
+                (
+                    grad_c * g * i * (1 - i),
+                    grad_c * previous_cs[t] * f * (1 - f),
+                    grad_c * i * (1 - g * g),
+                    grad_h * tanh_c * o * (1 - o),
+                ),
+                -1,
+            )
+            grad_h = grad_gates[t] @ w_hh
+            grad_c = grad_c * f
+            # a step that starts an episode starts from zero, not from the previous step's state
+            grad_h = torch.where(is_init[t], 0.0, grad_h)
+            grad_c = torch.where(is_init[t], 0.0, grad_c)
+        grad_gates = torch.stack(grad_gates).flatten(0, 1)
+        grad_x = (grad_gates @ w_ih).view_as(x)
+        grad_w_ih = grad_gates.t() @ x.flatten(0, 1)
+        grad_w_hh = grad_gates.t() @ previous_hs.flatten(0, 1)
+        grad_bias = grad_gates.sum(0)
+        return grad_x, grad_h, grad_c, None, grad_w_ih, grad_w_hh, grad_bias
+
+
+class _GRULayer(torch.autograd.Function):
+    """One GRU layer over ``T`` steps (torch's gate order: reset, update, new); returns the hidden states."""
+
+    @staticmethod
+    def forward(ctx, x, h, is_init, w_ih, w_hh, b_ih, b_hh):
+        steps, batch = x.shape[:2]
+        gates_x = torch.addmm(b_ih, x.flatten(0, 1), w_ih.t()).view(steps, batch, -1)
+        hs, previous_hs, saved = [], [], []
+        for t in range(steps):
+            h = torch.where(is_init[t], 0.0, h)
+            previous_hs.append(h)
+            gates, h = _gru_cell(gates_x[t], torch.addmm(b_hh, h, w_hh.t()), h)
+            hs.append(h)
+            saved.append(torch.cat(gates, -1))
+        hs = torch.stack(hs)
+        ctx.save_for_backward(x, torch.stack(previous_hs), torch.stack(saved), is_init, w_ih, w_hh)
+        return hs
+
+    @staticmethod
+    def backward(ctx, grad_hs):
+        x, previous_hs, saved, is_init, w_ih, w_hh = ctx.saved_tensors
+        steps = x.shape[0]
+        grad_h = torch.zeros_like(previous_hs[0])
+        grad_gates_x, grad_gates_h = [None] * steps, [None] * steps
+        for t in reversed(range(steps)):
+            r, z, n, h_n = saved[t].chunk(4, -1)
+            grad_h = grad_hs[t] + grad_h
+            grad_n = grad_h * (1 - z) * (1 - n * n)
+            grad_z = grad_h * (previous_hs[t] - n) * z * (1 - z)
+            grad_r = grad_n * h_n * r * (1 - r)
+            grad_gates_x[t] = torch.cat((grad_r, grad_z, grad_n), -1)
+            grad_gates_h[t] = torch.cat((grad_r, grad_z, grad_n * r), -1)
+            grad_h = grad_h * z + grad_gates_h[t] @ w_hh
+            grad_h = torch.where(is_init[t], 0.0, grad_h)
+        grad_gates_x = torch.stack(grad_gates_x).flatten(0, 1)
+        grad_gates_h = torch.stack(grad_gates_h).flatten(0, 1)
+        grad_x = (grad_gates_x @ w_ih).view_as(x)
+        grad_w_ih = grad_gates_x.t() @ x.flatten(0, 1)
+        grad_w_hh = grad_gates_h.t() @ previous_hs.flatten(0, 1)
+        return (
+            grad_x,
+            grad_h,
+            None,
+            grad_w_ih,
+            grad_w_hh,
+            grad_gates_x.sum(0),
+            grad_gates_h.sum(0),
+        )
+
+
+def _lstm_layer_without_grad(x, h, c, is_init, w_ih, w_hh, bias):
+    """:class:`_LSTMLayer`'s forward pass without what its backward pass reads: the input projection step by step
+    and the hidden and cell state of every step, written into their outputs."""
+    hs = cs = None
+    for t in range(x.shape[0]):
+        h = torch.where(is_init[t], 0.0, h)
+        c = torch.where(is_init[t], 0.0, c)
+        _, c, h = _lstm_cell(torch.addmm(torch.addmm(bias, x[t], w_ih.t()), h, w_hh.t()), c)
+        if hs is None:
+            hs, cs = h.new_empty(x.shape[0], *h.shape), c.new_empty(x.shape[0], *c.shape)
+        hs[t], cs[t] = h, c
+    return hs, cs
+
+
+def _gru_layer_without_grad(x, h, is_init, w_ih, w_hh, b_ih, b_hh):
+    """:class:`_GRULayer`'s forward pass without what its backward pass reads (see
+    :func:`_lstm_layer_without_grad`)."""
+    hs = None
+    for t in range(x.shape[0]):
+        h = torch.where(is_init[t], 0.0, h)
+        _, h = _gru_cell(torch.addmm(b_ih, x[t], w_ih.t()), torch.addmm(b_hh, h, w_hh.t()), h)
+        if hs is None:
+            hs = h.new_empty(x.shape[0], *h.shape)
+        hs[t] = h
+    return hs
 
 
 def _needs_grad(input: torch.Tensor, rnn: torch.nn.RNNBase) -> bool:
@@ -83,10 +245,9 @@ class _SyncFreePrimer:
 
 
 class FusedLSTMModule(_SyncFreePrimer, LSTMModule):
-    """torchrl's :class:`~torchrl.modules.LSTMModule` whose recurrent mode runs the layers of
-    :mod:`isaaclab_torchrl.recurrent_layers` (see the module's docstring). Built with torchrl's ``pad`` backend, then
-    routed through its ``scan`` path, which this class replaces: building it as ``scan`` would run torchrl's check of
-    the scan operator, which is not used."""
+    """torchrl's :class:`~torchrl.modules.LSTMModule` whose recurrent mode runs :class:`_LSTMLayer` (see the module's
+    docstring). Built with torchrl's ``pad`` backend, then routed through its ``scan`` path, which this class
+    replaces: building it as ``scan`` would run torchrl's check of the scan operator, which is not used."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, recurrent_backend="pad", **kwargs)
@@ -97,7 +258,7 @@ class FusedLSTMModule(_SyncFreePrimer, LSTMModule):
         # torchrl's layout: input [B, T, I], initial states [L, B, H] (the first step's), starts [B, T]
         steps_first = is_init.transpose(0, 1).unsqueeze(-1)
         layer_input = input.transpose(0, 1)
-        run_layer = lstm_with_grad if _needs_grad(input, self.lstm) else lstm_without_grad
+        run_layer = _LSTMLayer.apply if _needs_grad(input, self.lstm) else _lstm_layer_without_grad
         hs, cs = [], []
         for layer in range(self.lstm.num_layers):
             w_ih, w_hh, b_ih, b_hh = _layer_weights(self.lstm, layer, 4)
@@ -118,7 +279,7 @@ class FusedLSTMModule(_SyncFreePrimer, LSTMModule):
 
 
 class FusedGRUModule(_SyncFreePrimer, GRUModule):
-    """torchrl's :class:`~torchrl.modules.GRUModule` whose recurrent mode runs the GRU layers (see
+    """torchrl's :class:`~torchrl.modules.GRUModule` whose recurrent mode runs :class:`_GRULayer` (see
     :class:`FusedLSTMModule`)."""
 
     def __init__(self, *args, **kwargs):
@@ -135,7 +296,7 @@ class FusedGRUModule(_SyncFreePrimer, GRUModule):
     def _gru_scan_with_resets(self, input, hidden_in, initial_hidden, is_init):
         steps_first = is_init.transpose(0, 1).unsqueeze(-1)
         layer_input = input.transpose(0, 1)
-        run_layer = gru_with_grad if _needs_grad(input, self.gru) else gru_without_grad
+        run_layer = _GRULayer.apply if _needs_grad(input, self.gru) else _gru_layer_without_grad
         hs = []
         for layer in range(self.gru.num_layers):
             layer_input = run_layer(

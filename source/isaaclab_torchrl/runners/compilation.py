@@ -20,8 +20,6 @@ import torch
 import torchrl
 from tensordict.nn import CudaGraphModule
 
-from .. import recurrent_layers
-
 logger = logging.getLogger(__name__)
 
 COMPILE_SETTINGS = {"allow_rnn": True}
@@ -32,25 +30,20 @@ recurrent layers run :mod:`isaaclab_torchrl.recurrent`'s fused pass)."""
 
 
 def compile_losses(losses: Callable, cfg: object) -> Callable:
-    """``losses`` compiled by ``torch.compile``, traced with :data:`COMPILE_SETTINGS`.
+    """``losses`` compiled by ``torch.compile``: traced with :data:`COMPILE_SETTINGS`, and its forward and backward
+    graphs kept in AOTAutograd's cache although they contain a custom ``autograd.Function``.
 
-    The fused recurrent layers are operators of their own (:mod:`isaaclab_torchrl.recurrent_layers`): one node each
-    of the graph, forward and backward, whose steps are compiled apart, once. The result is a :class:`SavedTrace`
-    keyed by the runner's ``cfg``: dynamo's trace persists too, and the plain compiled method is its fallback. What a
-    run's first update takes, with the caches cold and warm, is in ``docs/benchmarks.md``.
+    torch 2.11 leaves such graphs out of AOTAutograd's cache by default, so every new process traced the joint graph
+    and partitioned it again. The fused recurrent pass (:mod:`isaaclab_torchrl.recurrent`) is such a function; dynamo
+    traces its forward and its backward into the graph (``autograd_function_apply``), so they are part of the key of
+    the cached entry. The cached steps and what is left of a run's first update are in ``docs/benchmarks.md``.
+
+    The result is a :class:`SavedTrace` keyed by the runner's ``cfg``: dynamo's trace persists too, and the plain
+    compiled method is its fallback.
     """
     compiled = torch._dynamo.config.patch(**COMPILE_SETTINGS)(torch.compile(losses))
-    compiled = torch.compiler.config.patch(cache_key_tag=operators_tag())(compiled)
+    compiled = torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True)(compiled)
     return SavedTrace(losses, cfg, compiled)
-
-
-def operators_tag() -> str:
-    """torch's compile caches' key tag while the update compiles: the user's (``TORCH_COMPILE_CACHE_KEY_TAG``) and a
-    digest of :mod:`isaaclab_torchrl.recurrent_layers`. A cached graph calls the layers' operators by name, and the
-    caches' keys read neither their output layout nor their code: a graph cached before an edit of that module
-    would expect the outputs as they were."""
-    digest = hashlib.sha256(inspect.getsource(recurrent_layers).encode()).hexdigest()[:16]
-    return f"{torch.compiler.config.cache_key_tag}+isaaclab_torchrl-{digest}"
 
 
 class SavedTrace:
@@ -59,7 +52,7 @@ class SavedTrace:
     of the same config (``torch.compiler.load_compiled_function``) instead of being traced again.
 
     The inductor and AOTAutograd caches already keep the compiled kernels; what they do not keep is dynamo's
-    trace of the Python code, seconds for the update, paid again by every run. The file keeps the
+    trace of the Python code, seconds for an unrolled recurrent pass, paid again by every run. The file keeps the
     tensor guards only (the others cannot be saved), so what the dropped guards checked is checked here: the file's
     name is a hash of the config, the device, the precision flags, the library versions and the minibatch's
     structure, and a loaded trace is used only if the source of every function it traced is unchanged and the
@@ -96,7 +89,7 @@ class SavedTrace:
             "config": {name: _as_dict(getattr(self.cfg, name, None)) for name in ("policy", "algorithm", "tf32")},
             "hardware": [device, hardware, platform.machine()],
             "flags": [torch.backends.cuda.matmul.allow_tf32, torch.are_deterministic_algorithms_enabled()],
-            "versions": [torch.__version__, tensordict.__version__, torchrl.__version__, operators_tag()],
+            "versions": [torch.__version__, tensordict.__version__, torchrl.__version__],
             "minibatch": leaves,
         }
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
@@ -133,8 +126,9 @@ class SavedTrace:
 
     def _trace(self, args: tuple):
         dynamo = torch._dynamo.config.patch(enable_aot_compile=True, **COMPILE_SETTINGS)
+        functorch = torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True)
         options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
-        with dynamo, torch.compiler.config.patch(cache_key_tag=operators_tag()):
+        with dynamo, functorch:
             return torch.compile(self.function, fullgraph=True, options=options).aot_compile(((self.owner, *args), {}))
 
 
