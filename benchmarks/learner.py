@@ -13,7 +13,11 @@ a comma-free list of its Hydra overrides joined with ``+`` (``default`` for none
 (allocated, peak, reserved by torch's caching allocator; the process's whole use from the driver) and writes a
 snapshot of the allocator with the Python stack of each allocation to ``DIR/<variant>.pickle`` (read it with
 https://pytorch.org/memory_viz); its update times include the recording's cost. With ``agent.compile`` the result
-holds torch's compile timers (``compile_s``: dynamo's tracing, the caches' loads or the compilation).
+holds torch's compile timers (``compile_s``: dynamo's tracing, the caches' loads or the compilation). With the lag
+correction (asynchronous collection, the default) the result holds the first update's ``truncated_fraction`` and
+mean ``importance_weight`` (``lag0``): its batch was collected by the policy it updates, so every step is of lag 0,
+and a truncated fraction above zero measures how far the learner's log-probabilities of the collected actions are
+from the collection policy's own (beyond ``ppo.TRUNCATED_LOG_RATIO``).
 Runs kitless with the project's venv here, and on a GPU machine with ``../shared/gpu-bundle`` unpacked.
 """
 
@@ -113,11 +117,12 @@ def run_variant(args, variant: str) -> dict:
     learner = make_learner(args.task, args.agent, args.device, overrides)
     generator = torch.Generator(device=args.device).manual_seed(0)
     batches = [synthetic_batch(learner, args.num_envs, args.done_prob, generator) for _ in range(2)]
-    times = []
+    times, first = [], None
     for iteration in range(args.iterations):
         start = time.perf_counter()
         stats = learner.update(batches[iteration % 2].clone())  # returns floats: the device has finished
         times.append(time.perf_counter() - start)
+        first = first or stats
     result = {
         "variant": variant,
         "first_update_s": times[0],
@@ -125,6 +130,8 @@ def run_variant(args, variant: str) -> dict:
         "steps_per_s": args.num_envs * learner.cfg.num_steps_per_env / statistics.median(times[args.warmup :]),
         "kl": stats["kl"],
     }
+    if "truncated_fraction" in first:  # the first update's batch was collected by the policy it updates: no lag
+        result["lag0"] = {key: first[key] for key in ("truncated_fraction", "importance_weight")}
     if learner.cfg.compile:  # torch's compile timers, seconds (the first update's compilation, traced or from caches)
         timers = torch._dynamo.utils.compilation_time_metrics
         result["compile_s"] = {key: sum(timers[key]) for key in COMPILE_TIMERS if key in timers}
@@ -248,6 +255,8 @@ def main():
                 print(", ".join(f"{key} {value:,.0f}" for key, value in result.items() if key.endswith("_mib")))
             if "compile_s" in result:
                 print("compile s: " + ", ".join(f"{key} {value:.2f}" for key, value in result["compile_s"].items()))
+            if "lag0" in result:
+                print("lag 0: " + ", ".join(f"{key} {value:.4f}" for key, value in result["lag0"].items()))
         if args.json:
             with open(args.json, "w") as file:
                 json.dump({"args": vars(args), "results": results}, file, indent=1)
