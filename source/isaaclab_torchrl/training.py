@@ -24,7 +24,7 @@ from isaaclab.utils.io import dump_yaml
 from isaaclab_rl.entrypoints.common import apply_video_recording, pre_launch_video_config
 
 from .agents.torchrl_cfg import TorchRLDistillationRunnerCfg, TorchRLRunnerCfg
-from .agents.validation import ConfigError, check_teacher_checkpoint, validate_agent_cfg
+from .agents.validation import ConfigError, check_teacher_checkpoint, learner_device, validate_agent_cfg
 from .cli import (
     UsageError,
     apply_train_args,
@@ -57,7 +57,7 @@ def speed_summary(agent_cfg: TorchRLRunnerCfg) -> str:
         update += f" ({policy.rnn_type}, recurrent backend {policy.recurrent_backend})"
     if getattr(agent_cfg.algorithm, "use_mixed_precision", False):
         update += ", bfloat16 losses"
-    if agent_cfg.tf32 and str(agent_cfg.train_device or agent_cfg.device).startswith("cuda"):
+    if agent_cfg.tf32 and learner_device(agent_cfg).startswith("cuda"):
         update += ", TF32 products"
     workers = collector.num_collectors
     storage = collector.storing_device or agent_cfg.device

@@ -80,6 +80,11 @@ def check_device(name: str, option: str) -> None:
         raise ConfigError(f"{option} {name!r} is not supported; use cpu or cuda:<index>.")
 
 
+def learner_device(agent_cfg: TorchRLRunnerCfg) -> str:
+    """The device the learner runs on: ``agent.train_device``, else the simulation's ``agent.device``."""
+    return str(agent_cfg.train_device or agent_cfg.device)
+
+
 def _one_of(path: str, value, allowed: tuple) -> None:
     if value not in allowed:
         raise ConfigError(f"{path} must be one of {allowed}, got {value!r}.")
@@ -300,7 +305,7 @@ def resolve_speed_settings(agent_cfg: TorchRLRunnerCfg) -> TorchRLRunnerCfg:
     fast = agent_cfg.speed == "auto"
     eager_update = isinstance(agent_cfg, TorchRLDistillationRunnerCfg)  # distillation's update is not compiled
     cuda_simulation = str(agent_cfg.device).startswith("cuda")
-    cuda_learner = str(agent_cfg.train_device or agent_cfg.device).startswith("cuda")
+    cuda_learner = learner_device(agent_cfg).startswith("cuda")
     collector = agent_cfg.collector
     if agent_cfg.compile is None:
         agent_cfg.compile = fast and cuda_learner and agent_cfg.cudagraphs is not False and not eager_update
@@ -381,8 +386,8 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
                 "data-dependent shapes); set agent.policy.recurrent_backend=auto (or fused) or "
                 "agent.cudagraphs=false."
             )
-        train_device = agent_cfg.train_device or agent_cfg.device
-        if not str(train_device).startswith("cuda"):
+        train_device = learner_device(agent_cfg)
+        if not train_device.startswith("cuda"):
             raise ConfigError(f"agent.cudagraphs=true needs a CUDA learner, got the device {train_device!r}.")
     if collector.cudagraph_policy and not str(agent_cfg.device).startswith("cuda"):
         raise ConfigError(

@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from ..agents.torchrl_cfg import TorchRLDistillationRunnerCfg, TorchRLRunnerCfg
+from ..agents.validation import learner_device
 from ..envs import IsaacLabEnvFactory
 from ..models import EnvInterface
 from .checkpoint import BEST_CHECKPOINT, EVALUATION_KEY, best_score, load_checkpoint, save_checkpoint
@@ -37,7 +38,7 @@ def make_learner(
     """The learner of the config: PPO, or distillation for a :class:`TorchRLDistillationRunnerCfg`. Both take
     batches (:meth:`update`), hold the policy the workers run (:attr:`collection_policy`, :attr:`policy_factory`)
     and save and load their state."""
-    device = cfg.train_device or cfg.device
+    device = learner_device(cfg)
     if isinstance(cfg, TorchRLDistillationRunnerCfg):
         return Distillation(cfg, interface, device)
     return PPO(cfg, interface, device, distributed, lag_corrected=not cfg.collector.sync)

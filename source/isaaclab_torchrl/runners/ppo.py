@@ -34,7 +34,7 @@ MAX_IMPORTANCE_WEIGHT = 1.0
 
 TRUNCATED_LOG_RATIO = math.log(MAX_IMPORTANCE_WEIGHT) + 1e-3
 """The log-ratio past which a sample counts in ``truncated_fraction``, a margin above the cut: without lag the
-proximal and acting log-probabilities differ by rounding only, which would count half the samples (see benchmarks)."""
+proximal and acting log-probabilities differ by rounding only: half the samples would count (docs/benchmarks.md)."""
 
 
 class PPO:
