@@ -129,7 +129,7 @@ def pair(
     """The paired recurrence of a fused-LSTM actor and critic of one hidden size and depth, and their heads (the
     layers after the LSTM; the same modules, so the same weights); ``None`` when they are not such a pair."""
     fused = [module for module in (*actor.deterministic.module, *critic.module) if isinstance(module, FusedLSTMModule)]
-    if len(fused) != 2 or {(m.lstm.hidden_size, m.lstm.num_layers) for m in fused}.__len__() != 1:
+    if len(fused) != 2 or len({(m.lstm.hidden_size, m.lstm.num_layers) for m in fused}) != 1:
         return None
     actor_prefix, actor_lstm, actor_head = _split(actor.deterministic)
     critic_prefix, critic_lstm, critic_head = _split(critic)
