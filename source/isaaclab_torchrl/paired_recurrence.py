@@ -75,7 +75,7 @@ class _LSTMRecurrence(torch.autograd.Function):
 
 class PairedRecurrence(nn.Module):
     """The input layers and the LSTM of each network, run over a minibatch's slices together: writes each LSTM's
-    ``<name>_features`` for the networks' heads (:func:`heads`).
+    ``<name>_features`` for the networks' heads (:func:`pair`).
 
     Args:
         prefixes: each network's layers before its LSTM (concatenation, normalisation).
