@@ -14,63 +14,7 @@ from tensordict.nn import TensorDictSequential
 from torch import nn
 
 from .models import GaussianActor
-from .recurrent import FusedLSTMModule, _layer_weights, _lstm_cell
-
-
-class _LSTMRecurrence(torch.autograd.Function):
-    """The recurrence of ``S`` LSTM layers of one hidden size over ``T`` steps with the same episode starts:
-    ``gates_x [T, S, B, 4H]`` (each layer's input projection with both biases), initial states ``[S, B, H]``,
-    episode starts ``[T, 1, B, 1]``, ``w_hh [S, 4H, H]``. Returns the hidden and cell state of every step,
-    ``[T, S, B, H]`` each."""
-
-    @staticmethod
-    def forward(ctx, gates_x, h, c, is_init, w_hh):
-        w_t = w_hh.transpose(1, 2)
-        hs, cs, previous_hs, previous_cs, gates = [], [], [], [], []
-        for t in range(gates_x.shape[0]):
-            h = torch.where(is_init[t], 0.0, h)
-            c = torch.where(is_init[t], 0.0, c)
-            previous_hs.append(h)
-            previous_cs.append(c)
-            activated, c, h = _lstm_cell(torch.baddbmm(gates_x[t], h, w_t), c)
-            hs.append(h)
-            cs.append(c)
-            gates.append(torch.cat(activated, -1))
-        hs, cs = torch.stack(hs), torch.stack(cs)
-        ctx.save_for_backward(torch.stack(previous_hs), torch.stack(previous_cs), cs, torch.stack(gates), is_init, w_hh)
-        return hs, cs
-
-    @staticmethod
-    def backward(ctx, grad_hs, grad_cs):
-        previous_hs, previous_cs, cs, gates, is_init, w_hh = ctx.saved_tensors
-        steps = gates.shape[0]
-        grad_h = torch.zeros_like(previous_hs[0])
-        grad_c = torch.zeros_like(previous_cs[0])
-        grad_gates = [None] * steps
-        for t in reversed(range(steps)):
-            i, f, g, o = gates[t].chunk(4, -1)
-            tanh_c = cs[t].tanh()
-            grad_h = grad_hs[t] + grad_h
-            grad_c = grad_cs[t] + grad_c + grad_h * o * (1 - tanh_c * tanh_c)
-            grad_gates[t] = torch.cat(
-                (
-                    grad_c * g * i * (1 - i),
-                    grad_c * previous_cs[t] * f * (1 - f),
-                    grad_c * i * (1 - g * g),
-                    grad_h * tanh_c * o * (1 - o),
-                ),
-                -1,
-            )
-            grad_h = torch.bmm(grad_gates[t], w_hh)
-            grad_c = grad_c * f
-            grad_h = torch.where(is_init[t], 0.0, grad_h)
-            grad_c = torch.where(is_init[t], 0.0, grad_c)
-        grad_gates = torch.stack(grad_gates)
-        # each layer's [4H, H]: its steps' and slices' gradients times the states they multiplied
-        grad_w_hh = torch.bmm(
-            grad_gates.transpose(0, 1).flatten(1, 2).transpose(1, 2), previous_hs.transpose(0, 1).flatten(1, 2)
-        )
-        return grad_gates, grad_h, grad_c, None, grad_w_hh
+from .recurrent import FusedLSTMModule, _layer_weights, _LSTMLayer, lstm_input_gates
 
 
 class PairedRecurrence(nn.Module):
@@ -98,18 +42,15 @@ class PairedRecurrence(nn.Module):
         inputs = [tensordict.get(lstm.in_keys[0]).transpose(0, 1) for lstm in self.lstms]  # [T, B, I] each
         # the state each slice starts from, [L, B, H] per network (zero at an episode start: the recurrence's where)
         firsts = [[tensordict.get(key)[:, 0].transpose(0, 1) for key in lstm.in_keys[1:3]] for lstm in self.lstms]
-        steps, batch = inputs[0].shape[:2]
         for layer in range(self.lstms[0].lstm.num_layers):
             gates_x, w_hhs = [], []
             for lstm, layer_input in zip(self.lstms, inputs, strict=True):
                 w_ih, w_hh, b_ih, b_hh = _layer_weights(lstm.lstm, layer, 4)
-                # the biases apart, not as their sum: compiled, the sum's backward gave both the same gradient tensor,
-                # which the in-place gradient clipping then scaled twice
-                gates_x.append((torch.addmm(b_ih, layer_input.flatten(0, 1), w_ih.t()) + b_hh).view(steps, batch, -1))
+                gates_x.append(lstm_input_gates(layer_input, w_ih, b_ih, b_hh))
                 w_hhs.append(w_hh)
             h0 = torch.stack([first[0][layer] for first in firsts])
             c0 = torch.stack([first[1][layer] for first in firsts])
-            hs, _ = _LSTMRecurrence.apply(torch.stack(gates_x, 1), h0, c0, steps_first, torch.stack(w_hhs))
+            hs, _ = _LSTMLayer.apply(torch.stack(gates_x, 1), h0, c0, steps_first, torch.stack(w_hhs))
             inputs = list(hs.unbind(1))
         for lstm, features in zip(self.lstms, inputs, strict=True):
             tensordict.set(lstm.out_keys[0], features.transpose(0, 1))
