@@ -63,6 +63,7 @@ def make_learner(task: str, agent: str, device: str, overrides: list[str]):
 @torch.no_grad()
 def synthetic_batch(learner, num_envs: int, done_prob: float, generator: torch.Generator) -> TensorDict:
     """A [num_envs, steps] rollout of the collection policy, as a collector with ``compact_obs`` stores it."""
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
     from torchrl.modules import set_recurrent_mode
 
     from isaaclab_torchrl.recurrent import ROLLOUT_START_KEY, fold_states
@@ -79,7 +80,9 @@ def synthetic_batch(learner, num_envs: int, done_prob: float, generator: torch.G
         device=device,
     )
     rollout = []
-    with set_recurrent_mode(False):
+    # the actions sampled, as the collectors sample them (the policy's default is its mean, whose log-probability's
+    # gradient with respect to the mean is zero at lag 0: the update would then move the noise's scale only)
+    with set_recurrent_mode(False), set_exploration_type(ExplorationType.RANDOM):
         # new episodes start from zero recurrent states (what the collectors' state primers write)
         states = learner.collection_policy(td.clone()).get("next", TensorDict(batch_size=[num_envs]))
         td.update(states.apply(torch.zeros_like))
