@@ -6,8 +6,10 @@ packed) computes torchrl's features and their gradients."""
 import pytest
 import torch
 from tensordict import TensorDict
+from tensordict.nn import TensorDictSequential
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
+from isaaclab_torchrl.paired_recurrence import PairedRecurrence
 from isaaclab_torchrl.recurrent import (
     ROLLOUT_START_KEY,
     FusedGRUModule,
@@ -201,3 +203,60 @@ def test_the_state_primer_resets_ended_episodes_as_torchrls_does_without_reading
     with _HostReads() as reads:  # torchrl's primer reads it: what the count would see
         reference._reset_on_native_autoreset(step.clone(), step.clone())
     assert reads.count > 0
+
+
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_the_paired_recurrence_equals_each_networks_own_pass(num_layers):
+    """The actor's and the critic's LSTMs run together (:class:`PairedRecurrence`, their recurrences batched) give
+    each one's features and every gradient of its own pass, with inputs of different sizes, eagerly and compiled."""
+    torch.manual_seed(0)
+    _, first, _ = _modules("lstm", num_layers)
+    second = FusedLSTMModule(
+        input_size=IN + 2,
+        hidden_size=HIDDEN,
+        num_layers=num_layers,
+        in_keys=["x2", "h2", "c2"],
+        out_keys=["y2", ("next", "h2"), ("next", "c2")],
+    )
+    slices = _slices("lstm", num_layers)
+    slices["x2"] = torch.randn(B, T, IN + 2)
+    slices["h2"], slices["c2"] = slices["h"].flip(0), slices["c"].flip(0)  # zero where an episode starts, as stored
+    slices["h2"] = torch.where(slices["is_init"].unsqueeze(-1), 0.0, slices["h2"])
+    slices["c2"] = torch.where(slices["is_init"].unsqueeze(-1), 0.0, slices["c2"])
+    paired = PairedRecurrence([TensorDictSequential(), TensorDictSequential()], [first, second])
+
+    def features_and_gradients(run):
+        inputs = slices.clone()
+        xs = [inputs["x"].requires_grad_(True), inputs["x2"].requires_grad_(True)]
+        with set_recurrent_mode(True):
+            y, y2 = run(inputs)
+        loss = y.square().sum() + y2.sin().sum()
+        return [y, y2, *torch.autograd.grad(loss, [*first.parameters(), *second.parameters(), *xs])]
+
+    expected = features_and_gradients(lambda inputs: (first(inputs.clone(False))["y"], second(inputs)["y2"]))
+    together = paired.forward
+    runs = [together, torch.compile(together)] if num_layers == 1 else [together]
+    for run in runs:
+        actual = features_and_gradients(lambda inputs, run=run: tuple(run(inputs).get(key) for key in ("y", "y2")))
+        for value, wanted in zip(actual, expected, strict=True):
+            torch.testing.assert_close(value, wanted, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("rnn_type", "backend"), [("lstm", "fused"), ("lstm", "pad"), ("gru", "fused")])
+def test_the_update_pairs_the_fused_lstms_only(rnn_type, backend):
+    """The update runs a fused-LSTM actor's and critic's recurrent layers together, through their own modules (one
+    copy of the weights), and any other pair each in its own network."""
+    cfg = _cfg(rnn_type, epochs=1, minibatches=1, schedule="fixed")
+    cfg.policy.recurrent_backend = backend
+    learner = PPO(cfg, INTERFACE, "cpu")
+    recurrence = learner.loss.recurrence
+    if (rnn_type, backend) != ("lstm", "fused"):
+        assert recurrence is None
+        return
+    actor_lstm, critic_lstm = (
+        next(m for m in net.modules() if isinstance(m, FusedLSTMModule)) for net in (learner.actor, learner.critic)
+    )
+    assert list(recurrence.lstms) == [actor_lstm, critic_lstm]
+    assert {id(p) for p in learner.parameters} == {
+        id(p) for p in (*learner.actor.parameters(), *learner.critic.parameters())
+    }

@@ -55,34 +55,32 @@ def _gru_cell(gates_x: torch.Tensor, gates_h: torch.Tensor, h: torch.Tensor):
 
 
 class _LSTMLayer(torch.autograd.Function):
-    """One LSTM layer over ``T`` steps: ``x [T, B, I]``, initial states ``[B, H]``, episode starts ``[T, B, 1]``.
-
-    Returns the hidden and the cell state of every step, ``[T, B, H]`` each.
-    """
+    """The recurrence of ``S`` LSTM layers of one size over ``T`` steps with the same episode starts (one network's,
+    or the actor's and the critic's: :mod:`isaaclab_torchrl.paired_recurrence`), one batched product per step:
+    ``gates_x [T, S, B, 4H]`` (:func:`lstm_input_gates`), states ``[S, B, H]``, episode starts ``[T, 1, B, 1]``,
+    ``w_hh [S, 4H, H]``. Returns the hidden and the cell state of every step, ``[T, S, B, H]`` each."""
 
     @staticmethod
-    def forward(ctx, x, h, c, is_init, w_ih, w_hh, bias):
-        steps, batch = x.shape[:2]
-        gates_x = torch.addmm(bias, x.flatten(0, 1), w_ih.t()).view(steps, batch, -1)
+    def forward(ctx, gates_x, h, c, is_init, w_hh):
+        w_t = w_hh.transpose(1, 2)
         hs, cs, previous_hs, previous_cs, gates = [], [], [], [], []
-        for t in range(steps):
+        for t in range(gates_x.shape[0]):
             h = torch.where(is_init[t], 0.0, h)
             c = torch.where(is_init[t], 0.0, c)
             previous_hs.append(h)
             previous_cs.append(c)
-            activated, c, h = _lstm_cell(torch.addmm(gates_x[t], h, w_hh.t()), c)
+            activated, c, h = _lstm_cell(torch.baddbmm(gates_x[t], h, w_t), c)
             hs.append(h)
             cs.append(c)
             gates.append(torch.cat(activated, -1))
         hs, cs = torch.stack(hs), torch.stack(cs)
-        previous_hs, previous_cs, gates = torch.stack(previous_hs), torch.stack(previous_cs), torch.stack(gates)
-        ctx.save_for_backward(x, previous_hs, previous_cs, cs, gates, is_init, w_ih, w_hh)
+        ctx.save_for_backward(torch.stack(previous_hs), torch.stack(previous_cs), cs, torch.stack(gates), is_init, w_hh)
         return hs, cs
 
     @staticmethod
     def backward(ctx, grad_hs, grad_cs):
-        x, previous_hs, previous_cs, cs, gates, is_init, w_ih, w_hh = ctx.saved_tensors
-        steps = x.shape[0]
+        previous_hs, previous_cs, cs, gates, is_init, w_hh = ctx.saved_tensors
+        steps = gates.shape[0]
         grad_h = torch.zeros_like(previous_hs[0])
         grad_c = torch.zeros_like(previous_cs[0])
         grad_gates = [None] * steps
@@ -100,17 +98,23 @@ class _LSTMLayer(torch.autograd.Function):
                 ),
                 -1,
             )
-            grad_h = grad_gates[t] @ w_hh
+            grad_h = torch.bmm(grad_gates[t], w_hh)
             grad_c = grad_c * f
             # a step that starts an episode starts from zero, not from the previous step's state
             grad_h = torch.where(is_init[t], 0.0, grad_h)
             grad_c = torch.where(is_init[t], 0.0, grad_c)
-        grad_gates = torch.stack(grad_gates).flatten(0, 1)
-        grad_x = (grad_gates @ w_ih).view_as(x)
-        grad_w_ih = grad_gates.t() @ x.flatten(0, 1)
-        grad_w_hh = grad_gates.t() @ previous_hs.flatten(0, 1)
-        grad_bias = grad_gates.sum(0)
-        return grad_x, grad_h, grad_c, None, grad_w_ih, grad_w_hh, grad_bias
+        grad_gates = torch.stack(grad_gates)
+        # each layer's [4H, H]: its steps' and slices' gradients times the states they multiplied
+        grad_w_hh = torch.bmm(
+            grad_gates.transpose(0, 1).flatten(1, 2).transpose(1, 2), previous_hs.transpose(0, 1).flatten(1, 2)
+        )
+        return grad_gates, grad_h, grad_c, None, grad_w_hh
+
+
+def lstm_input_gates(x: torch.Tensor, w_ih: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor) -> torch.Tensor:
+    """A layer's input projection of every step, both biases added apart (compiled, their sum's backward gave both one
+    gradient tensor, which the in-place clipping scaled twice): ``x [T, B, I]`` to ``[T, B, 4H]``."""
+    return (torch.addmm(b_ih, x.flatten(0, 1), w_ih.t()) + b_hh).view(*x.shape[:2], -1)
 
 
 class _GRULayer(torch.autograd.Function):
@@ -164,8 +168,8 @@ class _GRULayer(torch.autograd.Function):
 
 
 def _lstm_layer_without_grad(x, h, c, is_init, w_ih, w_hh, bias):
-    """:class:`_LSTMLayer`'s forward pass without what its backward pass reads: the input projection step by step
-    and the hidden and cell state of every step, written into their outputs."""
+    """One layer's forward pass of :class:`_LSTMLayer` without what its backward pass reads: the input projection
+    step by step and the hidden and cell state of every step, written into their outputs."""
     hs = cs = None
     for t in range(x.shape[0]):
         h = torch.where(is_init[t], 0.0, h)
@@ -258,19 +262,19 @@ class FusedLSTMModule(_SyncFreePrimer, LSTMModule):
         # torchrl's layout: input [B, T, I], initial states [L, B, H] (the first step's), starts [B, T]
         steps_first = is_init.transpose(0, 1).unsqueeze(-1)
         layer_input = input.transpose(0, 1)
-        run_layer = _LSTMLayer.apply if _needs_grad(input, self.lstm) else _lstm_layer_without_grad
+        with_grad = _needs_grad(input, self.lstm)
         hs, cs = [], []
         for layer in range(self.lstm.num_layers):
             w_ih, w_hh, b_ih, b_hh = _layer_weights(self.lstm, layer, 4)
-            layer_input, c = run_layer(
-                layer_input,
-                initial_hidden[0][layer],
-                initial_hidden[1][layer],
-                steps_first,
-                w_ih,
-                w_hh,
-                b_ih + b_hh,
-            )
+            h, c = initial_hidden[0][layer], initial_hidden[1][layer]
+            if with_grad:
+                gates_x = lstm_input_gates(layer_input, w_ih, b_ih, b_hh)
+                layer_input, c = (
+                    out[:, 0]
+                    for out in _LSTMLayer.apply(gates_x[:, None], h[None], c[None], steps_first[:, None], w_hh[None])
+                )
+            else:
+                layer_input, c = _lstm_layer_without_grad(layer_input, h, c, steps_first, w_ih, w_hh, b_ih + b_hh)
             hs.append(layer_input)
             cs.append(c)
         hidden0 = _mask_to_ends(torch.stack(hs, 2), is_init)

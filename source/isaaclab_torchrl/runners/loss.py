@@ -16,7 +16,31 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.objectives import ClipPPOLoss
 
+from ..paired_recurrence import pair
 from ..symmetry import Mirror
+
+
+def make_loss(actor, critic, algo, mirror: Mirror | None, augmented: bool) -> ClipPPOLossWithKL:
+    """PPO's loss of ``algo`` (:class:`~isaaclab_torchrl.agents.TorchRLPpoCfg`) on the networks themselves; a fused-LSTM
+    actor and critic run their recurrent layers together (:mod:`isaaclab_torchrl.paired_recurrence`), except with a
+    symmetry mirror, whose loss runs the whole actor."""
+    recurrence, loss_actor, loss_critic = (None if mirror is not None else pair(actor, critic)) or (None, actor, critic)
+    return ClipPPOLossWithKL(
+        loss_actor,
+        loss_critic,
+        recurrence=recurrence,
+        clip_epsilon=algo.clip_param,
+        entropy_coeff=algo.entropy_coef,
+        critic_coeff=algo.value_loss_coef,
+        loss_critic_type="l2",
+        clip_value=algo.clip_param if algo.use_clipped_value_loss else None,
+        normalize_advantage=False,
+        log_explained_variance=False,  # not logged
+        # the networks themselves, not functional copies of their parameters swapped in at every call
+        functional=False,
+        mirror=mirror,
+        augmented=augmented,
+    )
 
 
 class ClipPPOLossWithKL(ClipPPOLoss):
@@ -36,13 +60,34 @@ class ClipPPOLossWithKL(ClipPPOLoss):
     COEFFICIENTS = frozenset(("clip_value", "entropy_coeff", "critic_coeff"))
     """torchrl's coefficient buffers that this loss keeps as Python numbers."""
 
-    def __init__(self, *args, clip_epsilon: float, mirror: Mirror | None = None, augmented: bool = False, **kwargs):
+    def __init__(
+        self,
+        *args,
+        clip_epsilon: float,
+        mirror: Mirror | None = None,
+        augmented: bool = False,
+        recurrence: torch.nn.Module | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, clip_epsilon=clip_epsilon, **kwargs)
+        self.recurrence = recurrence
+        """What runs the networks' recurrent layers before their heads (the networks given are then the heads)."""
         self.clip_bounds = (math.log1p(-clip_epsilon), math.log1p(clip_epsilon))
         """The clip of the log-ratio (torchrl's ``_clip_bounds``, from its ``clip_epsilon`` buffer)."""
         self.mirror = mirror
         self.copies = mirror.copies if mirror is not None and augmented else 1
         """Copies of every sample in a minibatch (1: not augmented)."""
+
+    def minibatch_keys(self) -> list:
+        """What the loss reads of a minibatch, sorted (torchrl lists ``in_keys`` from a set, in an order that varies
+        per process, and the order is part of inductor's cache key): the networks' inputs but the next step's, the
+        reference policy's ``loc`` and ``scale`` (the KL of the adaptive learning rate), and the advantage, value
+        target and value; with the paired recurrence, what it reads instead of what it writes."""
+        keys = set(self.in_keys)
+        if self.recurrence is not None:
+            keys = (keys - set(self.recurrence.out_keys)) | set(self.recurrence.in_keys)
+        keys = [key for key in sorted(keys, key=str) if not (isinstance(key, tuple) and key[0] == "next")]
+        return keys + [key for key in ("loc", "scale", "advantage", "value_target", "state_value") if key not in keys]
 
     def register_coeff_buffer(self, name, value, **kwargs) -> None:
         if name in self.COEFFICIENTS and value is not None:
@@ -72,6 +117,8 @@ class ClipPPOLossWithKL(ClipPPOLoss):
         # torchrl's ClipPPOLoss.forward less what nothing reads: the effective sample size, the clip fraction and the
         # ratios' mean and maximum, logged by torchrl's trainers (a third of the operators of a CPU minibatch's losses)
         tensordict = tensordict.clone(False)  # the networks write into it; every epoch reads the same minibatch
+        if self.recurrence is not None:
+            self.recurrence(tensordict)
         advantage = tensordict.get(self.tensor_keys.advantage)
         # no importance weight of torchrl's (its delayed actor and ratio cap are off): the lag correction weights
         # the advantages itself (PPO.update)

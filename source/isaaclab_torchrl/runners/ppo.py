@@ -21,7 +21,7 @@ from ..symmetry import Mirror
 from .compilation import GradientStepGraph, compile_losses, tf32_products
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
 from .gae import CollectedBatchGAE
-from .loss import ClipPPOLossWithKL
+from .loss import make_loss
 from .rnd import RandomNetworkDistillation
 from .safety import NonFiniteError
 
@@ -96,33 +96,18 @@ class PPO:
                 broadcast_state(self.rnd)
         extensions = (("symmetry",) if symmetry else ()) + (("rnd",) if self.rnd else ())
         self.statistics = STEP_STATISTICS[:4] + extensions + STEP_STATISTICS[4:]
-        self.loss = ClipPPOLossWithKL(
-            self.actor,
-            self.critic,
-            clip_epsilon=algo.clip_param,
-            entropy_coeff=algo.entropy_coef,
-            critic_coeff=algo.value_loss_coef,
-            loss_critic_type="l2",
-            clip_value=algo.clip_param if algo.use_clipped_value_loss else None,
-            normalize_advantage=False,
-            log_explained_variance=False,  # not logged
-            # the networks themselves, not functional copies of their parameters swapped in at every call
-            functional=False,
-            mirror=self.mirror,
-            augmented=self.augmented,
-        )
-        # sorted: torchrl lists in_keys from a set, in an order that varies per process (part of inductor's cache key)
-        in_keys = sorted(self.loss.in_keys, key=str)
-        self.loss_keys = [k for k in in_keys if not (isinstance(k, tuple) and k[0] == "next")]
-        # "loc" and "scale": the reference policy of the KL that drives the adaptive learning rate
-        self.loss_keys += [key for key in ("loc", "scale") if key not in self.loss_keys]
-        self.loss_keys += ["advantage", "value_target", "state_value"]
+        self.loss = make_loss(self.actor, self.critic, algo, self.mirror, self.augmented)
+        self.loss_keys = self.loss.minibatch_keys()
         self.loss_keys += [key for key in interface.rnd_obs_keys if key not in self.loss_keys]
         # the learning rate is a tensor on the learner's device, adapted there, so that no minibatch waits for the
         # device to report its KL (Adam reads a tensor learning rate on CUDA with capturable=True)
         self.lr = torch.tensor(float(algo.learning_rate), device=self.device)
         on_cuda = self.device.type == "cuda"
-        self.parameters = list(self.loss.parameters())  # what the optimizer and the all-reduce act on
+        # what the optimizer and the all-reduce act on, in the networks' order (a checkpoint's optimizer state follows
+        # it) whatever the loss holds them as
+        self.parameters = list(
+            dict.fromkeys([*self.actor.parameters(), *self.critic.parameters(), *self.loss.parameters()])
+        )
         # clipped separately, like rsl_rl: a large value-loss gradient does not shrink the policy's step
         self.clipped_groups = [list(self.actor.parameters()), list(self.critic.parameters())]
         self.recurrent = cfg.policy.rnn_type is not None
