@@ -29,9 +29,14 @@ def with_available_actuators(entry_point: str):
     return env_cfg
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> int | None:
+    """``isaaclab train`` with ANYmal's velocity tasks on the available actuators."""
     for spec in gym.registry.values():
         entry_point = spec.kwargs.get("env_cfg_entry_point")
         if isinstance(entry_point, str) and ".velocity." in entry_point and "anymal" in entry_point:
             spec.kwargs["env_cfg_entry_point"] = with_available_actuators(entry_point)
-    sys.exit(run_train_cli(sys.argv[1:]))
+    return run_train_cli(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -40,6 +40,15 @@ TRAINING_RUNS = {
     "rsl_rl_recurrent": [*RSL_RL, "--agent", "rsl_rl_recurrent_cfg_entry_point"],
     "isaaclab_torchrl": [ISAACLAB_TRAIN, "--rl_library", "torchrl"],
 }
+# rsl_rl's loop and logger with this project's collection policy and PPO update (rsl_rl_with_our_ppo.py)
+OUR_UPDATE = ["agent.algorithm.class_name=rsl_rl_with_our_ppo:OurPPO", "env.compute_final_obs=true"]
+OUR_UPDATE_SCRIPT = os.path.join(REPO, "benchmarks", "rsl_rl_with_our_ppo.py")
+TRAINING_RUNS["rsl_rl_our_update"] = [OUR_UPDATE_SCRIPT, *RSL_RL[1:], *OUR_UPDATE]
+TRAINING_RUNS["rsl_rl_recurrent_our_update"] = [
+    *TRAINING_RUNS["rsl_rl_our_update"],
+    "--agent",
+    "rsl_rl_recurrent_cfg_entry_point",
+]
 for network in ("mlp", "lstm"):
     agent = [TRAIN_SCRIPT, "--agent", "torchrl" if network == "mlp" else "torchrl_lstm"]
     # what a user gets (agent.speed=auto: on a GPU, compiled + graphed update, graphed inference, async collection)

@@ -1,0 +1,166 @@
+"""rsl_rl's training loop with this project's PPO update: which half of a learning difference is whose (a benchmark).
+
+    python benchmarks/learning.py --task Isaac-Velocity-Flat-AnymalD --num_envs 4096 --device cuda:0 \\
+        --runs rsl_rl_recurrent,rsl_rl_recurrent_our_update,torchrl_lstm_default --seeds 7,8,9
+
+``rsl_rl_recurrent_our_update`` runs Isaac Lab's rsl_rl workflow unchanged (its env wrapper, rollout loop, logger
+and episode statistics) with :class:`OurPPO` as the algorithm (``agent.algorithm.class_name``): the actions come from
+this project's collection policy, stepped in rsl_rl's loop, and each rollout, laid out as the collectors deliver it
+(``compact_obs``, the states each rollout starts from, the true final observations of ``env.compute_final_obs``),
+goes to this project's learner. Against rsl_rl's own run it measures the update (with the networks and the policy's
+sampling); against this project's runner, the collection (torchrl's collector, the env wrapper, the workers).
+Run as a script it is ``isaaclab_train_offline.py``, so that rsl_rl finds :class:`OurPPO` by this module's name.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from tensordict import TensorDict
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import set_recurrent_mode
+
+from isaaclab_torchrl.agents import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
+from isaaclab_torchrl.agents.validation import validate_agent_cfg
+from isaaclab_torchrl.models import EnvInterface
+from isaaclab_torchrl.recurrent import ROLLOUT_START_KEY, fold_states
+from isaaclab_torchrl.runners import PPO
+
+PPO_FIELDS = ("num_learning_epochs", "num_mini_batches", "clip_param", "gamma", "lam", "value_loss_coef")
+PPO_FIELDS += ("entropy_coef", "learning_rate", "max_grad_norm", "schedule", "desired_kl", "use_clipped_value_loss")
+
+
+def our_cfg(cfg: dict, device: str, num_envs: int) -> TorchRLRunnerCfg:
+    """This project's runner config with the hyperparameters and networks of rsl_rl's (a dict, as rsl_rl reads it)."""
+    actor, critic, algorithm = cfg["actor"], cfg["critic"], cfg["algorithm"]
+    distribution = actor["distribution_cfg"]
+    runner = TorchRLRunnerCfg(
+        seed=cfg["seed"],
+        device=device,
+        num_steps_per_env=cfg["num_steps_per_env"],
+        max_iterations=cfg["max_iterations"],
+        experiment_name="rsl_rl_with_our_ppo",
+        policy=TorchRLPolicyCfg(
+            rnn_type=actor.get("rnn_type"),
+            rnn_hidden_size=actor.get("rnn_hidden_dim", 256),
+            rnn_num_layers=actor.get("rnn_num_layers", 1),
+            actor_hidden_dims=list(actor["hidden_dims"]),
+            critic_hidden_dims=list(critic["hidden_dims"]),
+            activation=actor["activation"],
+            init_noise_std=distribution["init_std"],
+            noise_std_type=distribution.get("std_type", "scalar"),
+        ),
+        algorithm=TorchRLPpoCfg(**{key: algorithm[key] for key in PPO_FIELDS}),
+    )
+    validate_agent_cfg(runner, num_envs)
+    return runner
+
+
+class _Policy:
+    """What rsl_rl's logger reads of the policy: its action noise's standard deviation."""
+
+    def __init__(self, learner: PPO):
+        self.learner = learner
+
+    @property
+    def output_std(self) -> torch.Tensor:
+        return torch.tensor([self.learner.noise_std()])
+
+
+class OurPPO:
+    """rsl_rl's algorithm interface (``act``, ``process_env_step``, ``compute_returns``, ``update``) over this
+    project's collection policy and PPO learner (one copy of the weights: the learner's)."""
+
+    rnd = None
+    intrinsic_rewards = None
+
+    def __init__(self, learner: PPO, num_envs: int):
+        self.learner = learner
+        self.num_envs = num_envs
+        self.keys = list(learner.state_shapes)  # the recurrent states' keys
+        self.carry: TensorDict | None = None  # the next step's episode-start flags and recurrent states
+        self.current: TensorDict | None = None  # the step being taken
+        self.rollout: list[TensorDict] = []
+
+    @staticmethod
+    def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> OurPPO:
+        torch.manual_seed(cfg["seed"])
+        obs_dim = obs["policy"].shape[-1]
+        interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
+        learner = PPO(our_cfg(cfg, device, env.num_envs), interface, device, lag_corrected=False)
+        return OurPPO(learner, env.num_envs)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.learner.learning_rate
+
+    def act(self, obs: TensorDict) -> torch.Tensor:
+        policy = self.learner.collection_policy
+        with set_recurrent_mode(False), set_exploration_type(ExplorationType.RANDOM):
+            if self.carry is None:  # the first step of training: every episode starts, from zero states
+                device = obs["policy"].device
+                first = TensorDict(
+                    {"policy": obs["policy"], "is_init": torch.ones(self.num_envs, 1, dtype=torch.bool, device=device)},
+                    [self.num_envs],
+                )
+                self.carry = first.exclude("policy")
+                if self.keys:
+                    states = policy(first.clone()).get("next").select(*self.keys)
+                    self.carry.update(states.apply(torch.zeros_like))
+            step = self.carry.clone(False).set("policy", obs["policy"])
+            self.current = policy(step)
+        return self.current["action"]
+
+    def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
+        done = dones.bool().unsqueeze(-1)
+        time_out = extras.get("time_outs", torch.zeros_like(dones)).bool().unsqueeze(-1).to(done.device)
+        final = extras.get("final_obs", {}).get("policy", obs["policy"])  # refreshed on steps with resets only
+        final = torch.where(done, final, obs["policy"])
+        step = self.current
+        if "next" not in step.keys():
+            step.set("next", TensorDict(batch_size=step.batch_size, device=step.device))
+        nxt = step.get("next")
+        nxt.update(
+            {
+                "reward": rewards.unsqueeze(-1).float(),
+                "done": done,
+                "terminated": done & ~time_out,
+                "truncated": done & time_out,
+                "final_obs": {"policy": final},
+            }
+        )
+        self.rollout.append(step.exclude(*(("next", key) for key in self.keys)))
+        states = nxt.select(*self.keys).apply(lambda state: state.masked_fill(done.unsqueeze(-1), 0.0))
+        self.carry = states.set("is_init", done)
+
+    def compute_returns(self, obs: TensorDict) -> None:
+        """GAE is part of the learner's update."""
+
+    def update(self) -> dict[str, float]:
+        # the rollout was stored in inference mode: cloned here, its tensors can enter the update's autograd
+        batch = torch.stack(self.rollout, dim=1).apply(torch.clone)
+        self.rollout = []
+        if self.keys:  # the recurrent states the rollouts started from, folded across their steps
+            first = fold_states(batch[:, 0].select(*self.keys), batch.shape[1])
+            batch = batch.exclude(*self.keys).set(ROLLOUT_START_KEY, first)
+        stats = self.learner.update(batch)
+        return {key: stats[key] for key in ("value", "surrogate", "entropy")}
+
+    def train_mode(self) -> None:
+        pass
+
+    def eval_mode(self) -> None:
+        pass
+
+    def get_policy(self) -> _Policy:
+        return _Policy(self.learner)
+
+    def save(self) -> dict:
+        return {"learner": self.learner.state_dict()}
+
+
+if __name__ == "__main__":
+    from isaaclab_train_offline import main
+
+    sys.exit(main(sys.argv[1:]))
