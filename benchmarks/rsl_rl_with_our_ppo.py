@@ -21,39 +21,29 @@ from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import set_recurrent_mode
 
-from isaaclab_torchrl.agents import TorchRLPolicyCfg, TorchRLPpoCfg, TorchRLRunnerCfg
+from isaaclab_torchrl.agents import TorchRLRunnerCfg
+from isaaclab_torchrl.agents.rsl_rl_port import port_rsl_rl_cfg
 from isaaclab_torchrl.agents.validation import validate_agent_cfg
 from isaaclab_torchrl.models import EnvInterface
 from isaaclab_torchrl.recurrent import ROLLOUT_START_KEY, fold_states
 from isaaclab_torchrl.runners import PPO
 
-PPO_FIELDS = ("num_learning_epochs", "num_mini_batches", "clip_param", "gamma", "lam", "value_loss_coef")
-PPO_FIELDS += ("entropy_coef", "learning_rate", "max_grad_norm", "schedule", "desired_kl", "use_clipped_value_loss")
 
+def our_cfg(env, cfg: dict, device: str) -> TorchRLRunnerCfg:
+    """This project's runner config ported from rsl_rl's, as ``--agent torchrl[_lstm]`` ports it: the task's rsl_rl
+    agent config from the registry, updated with the dict rsl_rl reads (the run's overrides applied)."""
+    import isaaclab_tasks  # noqa: F401  (registers the tasks)
+    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
 
-def our_cfg(cfg: dict, device: str, num_envs: int) -> TorchRLRunnerCfg:
-    """This project's runner config with the hyperparameters and networks of rsl_rl's (a dict, as rsl_rl reads it)."""
-    actor, critic, algorithm = cfg["actor"], cfg["critic"], cfg["algorithm"]
-    distribution = actor["distribution_cfg"]
-    runner = TorchRLRunnerCfg(
-        seed=cfg["seed"],
-        device=device,
-        num_steps_per_env=cfg["num_steps_per_env"],
-        max_iterations=cfg["max_iterations"],
-        experiment_name="rsl_rl_with_our_ppo",
-        policy=TorchRLPolicyCfg(
-            rnn_type=actor.get("rnn_type"),
-            rnn_hidden_size=actor.get("rnn_hidden_dim", 256),
-            rnn_num_layers=actor.get("rnn_num_layers", 1),
-            actor_hidden_dims=list(actor["hidden_dims"]),
-            critic_hidden_dims=list(critic["hidden_dims"]),
-            activation=actor["activation"],
-            init_noise_std=distribution["init_std"],
-            noise_std_type=distribution.get("std_type", "scalar"),
-        ),
-        algorithm=TorchRLPpoCfg(**{key: algorithm[key] for key in PPO_FIELDS}),
-    )
-    validate_agent_cfg(runner, num_envs)
+    recurrent = cfg["actor"].get("rnn_type") is not None
+    entry_point = "rsl_rl_recurrent_cfg_entry_point" if recurrent else "rsl_rl_cfg_entry_point"
+    rsl_cfg = load_cfg_from_registry(env.unwrapped.spec.id, entry_point)
+    # the runner's own entries (multi_gpu) and this algorithm's class name stay out
+    algorithm = {key: value for key, value in cfg["algorithm"].items() if key != "class_name"}
+    rsl_cfg.from_dict({key: value for key, value in cfg.items() if hasattr(rsl_cfg, key)} | {"algorithm": algorithm})
+    runner = port_rsl_rl_cfg(rsl_cfg)
+    runner.device = device
+    validate_agent_cfg(runner, env.num_envs)
     return runner
 
 
@@ -88,7 +78,7 @@ class OurPPO:
         torch.manual_seed(cfg["seed"])
         obs_dim = obs["policy"].shape[-1]
         interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
-        learner = PPO(our_cfg(cfg, device, env.num_envs), interface, device, lag_corrected=False)
+        learner = PPO(our_cfg(env, cfg, device), interface, device, lag_corrected=False)
         return OurPPO(learner, env.num_envs)
 
     @property
