@@ -25,7 +25,7 @@ from isaaclab_torchrl.agents import TorchRLRunnerCfg
 from isaaclab_torchrl.agents.rsl_rl_port import port_rsl_rl_cfg
 from isaaclab_torchrl.agents.validation import validate_agent_cfg
 from isaaclab_torchrl.models import EnvInterface
-from isaaclab_torchrl.recurrent import ROLLOUT_START_KEY, fold_states
+from isaaclab_torchrl.recurrent import ROLLOUT_START_KEY, fold_states, slices
 from isaaclab_torchrl.runners import PPO
 
 
@@ -47,6 +47,19 @@ def our_cfg(env, cfg: dict, device: str) -> TorchRLRunnerCfg:
     return runner
 
 
+class ContiguousSplitPPO(PPO):
+    """The learner with rsl_rl's recurrent minibatches: contiguous blocks of environments, the same in every epoch
+    and update (this project's learner splits at random, once per update)."""
+
+    def _minibatches(self, batch):
+        if not self.recurrent:
+            return super()._minibatches(batch)
+        count = self.cfg.algorithm.num_mini_batches
+        per_minibatch = batch.shape[0] // count
+        indices = torch.arange(count * per_minibatch, device=batch.device).view(count, per_minibatch)
+        return [slices(batch, block, self.state_shapes) for block in indices]
+
+
 class _Policy:
     """What rsl_rl's logger reads of the policy: its action noise's standard deviation."""
 
@@ -64,6 +77,10 @@ class OurPPO:
 
     rnd = None
     intrinsic_rewards = None
+    learner_class = PPO
+    rsl_rl_time_outs = False
+    """rsl_rl's time-out bootstrap: ``gamma * V(s_t)`` added to the time-out step's reward, which then ends the
+    episode as a termination (this project's learner bootstraps with V of the true final observation)."""
 
     def __init__(self, learner: PPO, num_envs: int):
         self.learner = learner
@@ -73,13 +90,14 @@ class OurPPO:
         self.current: TensorDict | None = None  # the step being taken
         self.rollout: list[TensorDict] = []
 
-    @staticmethod
-    def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> OurPPO:
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> OurPPO:
         torch.manual_seed(cfg["seed"])
         obs_dim = obs["policy"].shape[-1]
         interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
-        learner = PPO(our_cfg(env, cfg, device), interface, device, lag_corrected=False)
-        return OurPPO(learner, env.num_envs)
+        learner = cls.learner_class(our_cfg(env, cfg, device), interface, device, lag_corrected=False)
+        print(f"[rsl_rl_with_our_ppo] algorithm {cls.__name__}, learner {cls.learner_class.__name__}", flush=True)
+        return cls(learner, env.num_envs)
 
     @property
     def learning_rate(self) -> float:
@@ -111,9 +129,13 @@ class OurPPO:
         if "next" not in step.keys():
             step.set("next", TensorDict(batch_size=step.batch_size, device=step.device))
         nxt = step.get("next")
+        reward = rewards.unsqueeze(-1).float()
+        if self.rsl_rl_time_outs:  # V(s_t): the recurrent collection policy runs the critic too
+            reward = reward + self.learner.cfg.algorithm.gamma * step["state_value"] * time_out
+            time_out = torch.zeros_like(time_out)
         nxt.update(
             {
-                "reward": rewards.unsqueeze(-1).float(),
+                "reward": reward,
                 "done": done,
                 "terminated": done & ~time_out,
                 "truncated": done & time_out,
@@ -148,6 +170,18 @@ class OurPPO:
 
     def save(self) -> dict:
         return {"learner": self.learner.state_dict()}
+
+
+class OurPPOContiguousSplit(OurPPO):
+    """:class:`OurPPO` whose learner splits minibatches as rsl_rl's recurrent generator does."""
+
+    learner_class = ContiguousSplitPPO
+
+
+class OurPPORslRlTimeOuts(OurPPO):
+    """:class:`OurPPO` with rsl_rl's time-out bootstrap."""
+
+    rsl_rl_time_outs = True
 
 
 if __name__ == "__main__":

@@ -40,15 +40,18 @@ TRAINING_RUNS = {
     "rsl_rl_recurrent": [*RSL_RL, "--agent", "rsl_rl_recurrent_cfg_entry_point"],
     "isaaclab_torchrl": [ISAACLAB_TRAIN, "--rl_library", "torchrl"],
 }
-# rsl_rl's loop and logger with this project's collection policy and PPO update (rsl_rl_with_our_ppo.py)
-OUR_UPDATE = ["agent.algorithm.class_name=rsl_rl_with_our_ppo:OurPPO", "env.compute_final_obs=true"]
-OUR_UPDATE_SCRIPT = os.path.join(REPO, "benchmarks", "rsl_rl_with_our_ppo.py")
-TRAINING_RUNS["rsl_rl_our_update"] = [OUR_UPDATE_SCRIPT, *RSL_RL[1:], *OUR_UPDATE]
-TRAINING_RUNS["rsl_rl_recurrent_our_update"] = [
-    *TRAINING_RUNS["rsl_rl_our_update"],
-    "--agent",
-    "rsl_rl_recurrent_cfg_entry_point",
-]
+# rsl_rl's loop and logger with this project's collection policy and PPO update (rsl_rl_with_our_ppo.py), and with
+# one of rsl_rl's update rules that the parity test leaves out: its recurrent minibatch split, its time-out bootstrap
+OUR_UPDATE = [os.path.join(REPO, "benchmarks", "rsl_rl_with_our_ppo.py"), *RSL_RL[1:], "env.compute_final_obs=true"]
+RECURRENT_AGENT = ["--agent", "rsl_rl_recurrent_cfg_entry_point"]
+for name, agent, algorithm in (
+    ("rsl_rl_our_update", [], "OurPPO"),
+    ("rsl_rl_recurrent_our_update", RECURRENT_AGENT, "OurPPO"),
+    ("rsl_rl_recurrent_our_update_contiguous_split", RECURRENT_AGENT, "OurPPOContiguousSplit"),
+    ("rsl_rl_recurrent_our_update_rsl_rl_time_outs", RECURRENT_AGENT, "OurPPORslRlTimeOuts"),
+):
+    TRAINING_RUNS[name] = [*OUR_UPDATE, *agent, f"agent.algorithm.class_name=rsl_rl_with_our_ppo:{algorithm}"]
+
 for network in ("mlp", "lstm"):
     agent = [TRAIN_SCRIPT, "--agent", "torchrl" if network == "mlp" else "torchrl_lstm"]
     # what a user gets (agent.speed=auto: on a GPU, compiled + graphed update, graphed inference, async collection)
