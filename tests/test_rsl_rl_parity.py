@@ -51,7 +51,7 @@ def _rsl_rl_ppo(rnn_type) -> RslRlPPO:
     return RslRlPPO(actor, critic, storage, device="cpu", **ALGORITHM)
 
 
-def _learner(rnn_type, rsl_rl: RslRlPPO) -> PPO:
+def _learner(rnn_type, backend: str, rsl_rl: RslRlPPO) -> PPO:
     cfg = TorchRLRunnerCfg(
         device="cpu",
         num_steps_per_env=T,
@@ -59,6 +59,7 @@ def _learner(rnn_type, rsl_rl: RslRlPPO) -> PPO:
         experiment_name="test",
         policy=TorchRLPolicyCfg(
             rnn_type=rnn_type,
+            recurrent_backend=backend,
             rnn_hidden_size=HIDDEN,
             actor_hidden_dims=MLP_DIMS,
             critic_hidden_dims=MLP_DIMS,
@@ -130,11 +131,12 @@ def _collected_batch(ppo: RslRlPPO, dones: torch.Tensor, first_is_init: torch.Te
     return TensorDict(fields, [T, N]).transpose(0, 1).contiguous()
 
 
-@pytest.mark.parametrize("rnn_type", [None, "lstm"])
-def test_one_update_equals_rsl_rls_on_the_same_rollout(rnn_type):
+# the fused backend is the GPU's (its actor's and critic's recurrences run paired); pad the CPU's
+@pytest.mark.parametrize(("rnn_type", "backend"), [(None, "auto"), ("lstm", "pad"), ("lstm", "fused")])
+def test_one_update_equals_rsl_rls_on_the_same_rollout(rnn_type, backend):
     torch.manual_seed(0)
     rsl_rl = _rsl_rl_ppo(rnn_type)
-    learner = _learner(rnn_type, rsl_rl)
+    learner = _learner(rnn_type, backend, rsl_rl)
     generator = torch.Generator().manual_seed(1)
     obs = torch.randn(N, OBS, generator=generator)
     # the first rollout's recurrent states carry into the compared one
