@@ -150,8 +150,8 @@ class OurPPO:
         """GAE is part of the learner's update."""
 
     def update(self) -> dict[str, float]:
-        # the rollout was stored in inference mode: cloned here, its tensors can enter the update's autograd
-        batch = torch.stack(self.rollout, dim=1).apply(torch.clone)
+        # stacked outside rsl_rl's inference mode: new tensors, which the update's autograd may read
+        batch = torch.stack(self.rollout, dim=1)
         self.rollout = []
         if self.keys:  # the recurrent states the rollouts started from, folded across their steps
             first = fold_states(batch[:, 0].select(*self.keys), batch.shape[1])
