@@ -121,15 +121,16 @@ class OurPPO:
         return self.current["action"]
 
     def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
+        # Isaac Lab writes each step's rewards and time-outs into the same buffers (rsl_rl's storage copies them)
         done = dones.bool().unsqueeze(-1)
-        time_out = extras.get("time_outs", torch.zeros_like(dones)).bool().unsqueeze(-1).to(done.device)
+        time_out = extras.get("time_outs", torch.zeros_like(dones)).to(done.device, torch.bool, copy=True).unsqueeze(-1)
         final = extras.get("final_obs", {}).get("policy", obs["policy"])  # refreshed on steps with resets only
         final = torch.where(done, final, obs["policy"])
         step = self.current
         if "next" not in step.keys():
             step.set("next", TensorDict(batch_size=step.batch_size, device=step.device))
         nxt = step.get("next")
-        reward = rewards.unsqueeze(-1).float()
+        reward = rewards.to(torch.float32, copy=True).unsqueeze(-1)
         if self.rsl_rl_time_outs:  # V(s_t): the recurrent collection policy runs the critic too
             reward = reward + self.learner.cfg.algorithm.gamma * step["state_value"] * time_out
             time_out = torch.zeros_like(time_out)
