@@ -14,12 +14,16 @@ Run as a script it is ``isaaclab_train_offline.py``, so that rsl_rl finds :class
 
 from __future__ import annotations
 
+import copy
+import json
 import sys
 
 import torch
+from rsl_rl.algorithms import PPO as RslRlPPO
 from tensordict import TensorDict
+from tensordict.nn import AddStateIndependentNormalScale
 from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.modules import set_recurrent_mode
+from torchrl.modules import MLP, set_recurrent_mode
 
 from isaaclab_torchrl.agents import TorchRLRunnerCfg
 from isaaclab_torchrl.agents.rsl_rl_port import port_rsl_rl_cfg
@@ -181,6 +185,128 @@ class OurPPOContiguousSplit(OurPPO):
 
 class OurPPORslRlTimeOuts(OurPPO):
     """:class:`OurPPO` with rsl_rl's time-out bootstrap."""
+
+    rsl_rl_time_outs = True
+
+
+def _noise(actor: torch.nn.Module) -> torch.Tensor:
+    """The learner's actor's noise scale (rsl_rl's ``std_param``)."""
+    return next(m for m in actor.modules() if isinstance(m, AddStateIndependentNormalScale)).state_independent_scale
+
+
+class TwinPPO(RslRlPPO):
+    """rsl_rl's PPO, acting and learning as usual, with this project's learner updating beside it on each rollout
+    (``rsl_rl_recurrent_twin_update``): before every update the learner takes rsl_rl's weights, Adam moments and
+    learning rate, updates on the same rollout in the collectors' layout (time-outs bootstrapped with V of the true
+    final observation, its own rule), and the two updates' results are logged side by side (``Loss/twin_*``) and
+    printed as one JSON line per update. Training follows rsl_rl's weights; the learner only measures. It splits
+    its minibatches as rsl_rl does, so that the two see the same samples."""
+
+    learner: PPO
+    rsl_rl_time_outs = False
+    """Give the learner rsl_rl's time-out bootstrap (:class:`TwinPPORslRlTimeOuts`)."""
+
+    @staticmethod
+    def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> TwinPPO:
+        runner_cfg = our_cfg(env, copy.deepcopy(cfg), device)
+        alg = RslRlPPO.construct_algorithm(obs, env, cfg, device)
+        obs_dim = obs["policy"].shape[-1]
+        interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
+        alg.learner = ContiguousSplitPPO(runner_cfg, interface, device, lag_corrected=False)
+        alg.twin_steps, alg.first_is_init, alg.updates = [], None, 0
+        return alg
+
+    def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
+        # what rsl_rl's storage does not keep: the rewards before its time-out bootstrap, the time-outs, the final
+        # observations (Isaac Lab rewrites its reward and time-out buffers every step: copies)
+        done = dones.bool()
+        time_out = extras.get("time_outs", torch.zeros_like(done)).to(self.device, torch.bool, copy=True)
+        final = torch.where(done[:, None], extras.get("final_obs", {}).get("policy", obs["policy"]), obs["policy"])
+        self.twin_steps.append((rewards.to(torch.float32, copy=True), done, time_out, final))
+        super().process_env_step(obs, rewards, dones, extras)
+
+    def _twin_batch(self) -> TensorDict:
+        storage, steps = self.storage, self.twin_steps
+        reward, done, time_out, final = (torch.stack(part) for part in zip(*steps, strict=True))
+        num_envs = done.shape[1]
+        if self.first_is_init is None:
+            self.first_is_init = torch.ones(num_envs, dtype=torch.bool, device=done.device)
+        is_init = torch.cat([self.first_is_init[None], done[:-1]])
+        if self.rsl_rl_time_outs:  # rsl_rl's stored rewards (gamma * V(s_t) added on time-outs), ended as terminations
+            reward, time_out = storage.rewards.squeeze(-1), torch.zeros_like(time_out)
+        fields = {
+            "policy": storage.observations["policy"],
+            "is_init": is_init[..., None],
+            "action": storage.actions,
+            "action_log_prob": storage.actions_log_prob.squeeze(-1),
+            "loc": storage.distribution_params[0],
+            "scale": storage.distribution_params[1],
+            "next": {
+                "reward": reward[..., None],
+                "done": done[..., None],
+                "terminated": (done & ~time_out)[..., None],
+                "truncated": (done & time_out)[..., None],
+                "final_obs": {"policy": final},
+            },
+        }
+        for name, states in (("actor", storage.saved_hidden_state_a), ("critic", storage.saved_hidden_state_c)):
+            for key, state in zip("hc", states or (), strict=False):  # [T, layers, N, H] -> [T, N, layers, H]
+                fields[f"{name}_rnn_{key}"] = state.transpose(1, 2)
+        self.first_is_init = done[-1]
+        self.twin_steps = []
+        return TensorDict(fields, list(done.shape)).transpose(0, 1).contiguous()
+
+    def _pairs(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(the learner's parameter, rsl_rl's) in one order: the recurrent layer, the MLP, the actor's noise."""
+        pairs = []
+        for ours, theirs in ((self.learner.actor, self.actor), (self.learner.critic, self.critic)):
+            mine = [m for m in ours.modules() if isinstance(m, torch.nn.LSTM)]
+            found = list(mine[0].parameters()) if mine else []
+            found += list(next(m for m in ours.modules() if isinstance(m, MLP)).parameters())
+            reference = list(theirs.rnn.rnn.parameters()) if theirs.is_recurrent else []
+            reference += list(theirs.mlp.parameters())
+            if ours is self.learner.actor:
+                found.append(_noise(ours))
+                reference.append(theirs.distribution.std_param)
+            pairs += list(zip(found, reference, strict=True))
+        return pairs
+
+    def update(self) -> dict[str, float]:
+        batch = self._twin_batch()
+        pairs = self._pairs()
+        with torch.no_grad():  # the learner starts from rsl_rl's weights, moments and learning rate
+            for mine, theirs in pairs:
+                mine.copy_(theirs)
+                state, reference = self.learner.optimizer.state.get(mine), self.optimizer.state.get(theirs)
+                if state and reference:
+                    for key in ("exp_avg", "exp_avg_sq", "step"):
+                        state[key].copy_(reference[key])
+            self.learner.lr.fill_(self.learning_rate)
+        std_before = self.actor.distribution.std_param.detach().clone()
+        ours = self.learner.update(batch)
+        after = [mine.detach().clone() for mine, _ in pairs]
+        theirs = super().update()
+        with torch.no_grad():
+            largest = torch.stack([(a - t).abs().max() for a, (_, t) in zip(after, pairs, strict=True)]).max()
+            norm = torch.stack([(a - t).norm() for a, (_, t) in zip(after, pairs, strict=True)]).norm()
+        twin = {
+            "update": self.updates,
+            "largest_difference": float(largest),
+            "difference_norm": float(norm),
+            "std_change_rsl_rl": float((self.actor.distribution.std_param.detach() - std_before).mean()),
+            "std_change_ours": float((_noise(self.learner.actor).detach() - std_before).mean()),
+            "learning_rate_rsl_rl": self.learning_rate,
+            "learning_rate_ours": self.learner.learning_rate,
+            **{f"{key}_rsl_rl": float(theirs[key]) for key in ("surrogate", "value", "entropy")},
+            **{f"{key}_ours": float(ours[key]) for key in ("surrogate", "value", "entropy", "kl")},
+        }
+        print("[twin] " + json.dumps(twin), flush=True)
+        self.updates += 1
+        return {**theirs, **{f"twin_{key}": value for key, value in twin.items() if key != "update"}}
+
+
+class TwinPPORslRlTimeOuts(TwinPPO):
+    """:class:`TwinPPO` whose learner is given rsl_rl's time-out bootstrap: the two updates then differ by numerics."""
 
     rsl_rl_time_outs = True
 
