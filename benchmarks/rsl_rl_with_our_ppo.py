@@ -9,7 +9,9 @@ this project's collection policy, stepped in rsl_rl's loop, and each rollout, la
 (``compact_obs``, the states each rollout starts from, the true final observations of ``env.compute_final_obs``),
 goes to this project's learner. Against rsl_rl's own run it measures the update (with the networks and the policy's
 sampling); against this project's runner, the collection (torchrl's collector, the env wrapper, the workers).
-Run as a script it is ``isaaclab_train_offline.py``, so that rsl_rl finds :class:`OurPPO` by this module's name.
+``rsl_rl_recurrent_twin_update`` (:class:`TwinPPO`) trains with rsl_rl's PPO and updates this project's learner
+beside it on every rollout from the same weights: the update alone, on the task's own rollouts.
+Run as a script it is ``isaaclab_train_offline.py``, so that rsl_rl finds the algorithms by this module's name.
 """
 
 from __future__ import annotations
