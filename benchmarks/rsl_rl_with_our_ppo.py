@@ -150,8 +150,12 @@ class OurPPO:
             }
         )
         self.rollout.append(step.exclude(*(("next", key) for key in self.keys)))
-        states = nxt.select(*self.keys).apply(lambda state: state.masked_fill(done.unsqueeze(-1), 0.0))
-        self.carry = states.set("is_init", done)
+        self.advance(done)
+
+    def advance(self, done: torch.Tensor) -> None:
+        """The next step's episode-start flags and recurrent states (zero where an episode ended)."""
+        states = self.current.get("next").select(*self.keys)
+        self.carry = states.apply(lambda state: state.masked_fill(done.unsqueeze(-1), 0.0)).set("is_init", done)
 
     def compute_returns(self, obs: TensorDict) -> None:
         """GAE is part of the learner's update."""
@@ -194,6 +198,22 @@ class OurPPORslRlTimeOuts(OurPPO):
 def _noise(actor: torch.nn.Module) -> torch.Tensor:
     """The learner's actor's noise scale (rsl_rl's ``std_param``)."""
     return next(m for m in actor.modules() if isinstance(m, AddStateIndependentNormalScale)).state_independent_scale
+
+
+def _pairs(learner: PPO, rsl_rl: RslRlPPO) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(the learner's parameter, rsl_rl's) in one order: the recurrent layer, the MLP, the actor's noise."""
+    pairs = []
+    for ours, theirs in ((learner.actor, rsl_rl.actor), (learner.critic, rsl_rl.critic)):
+        mine = [m for m in ours.modules() if isinstance(m, torch.nn.LSTM)]
+        found = list(mine[0].parameters()) if mine else []
+        found += list(next(m for m in ours.modules() if isinstance(m, MLP)).parameters())
+        reference = list(theirs.rnn.rnn.parameters()) if theirs.is_recurrent else []
+        reference += list(theirs.mlp.parameters())
+        if ours is learner.actor:
+            found.append(_noise(ours))
+            reference.append(theirs.distribution.std_param)
+        pairs += list(zip(found, reference, strict=True))
+    return pairs
 
 
 class TwinPPO(RslRlPPO):
@@ -258,24 +278,9 @@ class TwinPPO(RslRlPPO):
         self.twin_steps = []
         return TensorDict(fields, list(done.shape)).transpose(0, 1).contiguous()
 
-    def _pairs(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(the learner's parameter, rsl_rl's) in one order: the recurrent layer, the MLP, the actor's noise."""
-        pairs = []
-        for ours, theirs in ((self.learner.actor, self.actor), (self.learner.critic, self.critic)):
-            mine = [m for m in ours.modules() if isinstance(m, torch.nn.LSTM)]
-            found = list(mine[0].parameters()) if mine else []
-            found += list(next(m for m in ours.modules() if isinstance(m, MLP)).parameters())
-            reference = list(theirs.rnn.rnn.parameters()) if theirs.is_recurrent else []
-            reference += list(theirs.mlp.parameters())
-            if ours is self.learner.actor:
-                found.append(_noise(ours))
-                reference.append(theirs.distribution.std_param)
-            pairs += list(zip(found, reference, strict=True))
-        return pairs
-
     def update(self) -> dict[str, float]:
         batch = self._twin_batch()
-        pairs = self._pairs()
+        pairs = _pairs(self.learner, self)
         with torch.no_grad():  # the learner starts from rsl_rl's weights, moments and learning rate
             for mine, theirs in pairs:
                 mine.copy_(theirs)
@@ -311,6 +316,60 @@ class TwinPPORslRlTimeOuts(TwinPPO):
     """:class:`TwinPPO` whose learner is given rsl_rl's time-out bootstrap: the two updates then differ by numerics."""
 
     rsl_rl_time_outs = True
+
+
+class OurActingPPO(RslRlPPO):
+    """rsl_rl's PPO whose actions come from this project's collection policy, given rsl_rl's weights before every
+    rollout (``rsl_rl_recurrent_our_acting``): rsl_rl's storage, returns and update on rollouts this project's policy
+    acted (its actions, log-probabilities, distribution, values and the recurrent states entering each step). Against
+    rsl_rl's own run it measures the acting policy; against :class:`OurPPO`, the update."""
+
+    @staticmethod
+    def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> OurActingPPO:
+        runner_cfg = our_cfg(env, copy.deepcopy(cfg), device)
+        alg = RslRlPPO.construct_algorithm(obs, env, cfg, device)
+        obs_dim = obs["policy"].shape[-1]
+        interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
+        alg.acting = OurPPO(PPO(runner_cfg, interface, device, lag_corrected=False), env.num_envs)
+        alg.give_weights()
+        return alg
+
+    def give_weights(self) -> None:
+        """rsl_rl's weights into this project's networks (the acting policy's)."""
+        with torch.no_grad():
+            for mine, theirs in _pairs(self.acting.learner, self):
+                mine.copy_(theirs)
+
+    def _states(self, states: TensorDict, network: str) -> tuple[torch.Tensor, ...] | None:
+        """A network's recurrent states as rsl_rl holds them: ``(h, c)`` (an LSTM's) or ``(h,)``, ``[layers, N, H]``."""
+        keys = [f"{network}_rnn_{name}" for name in "hc" if f"{network}_rnn_{name}" in self.acting.keys]
+        return tuple(states[key].transpose(0, 1).contiguous() for key in keys) or None
+
+    def act(self, obs: TensorDict) -> torch.Tensor:
+        actions = self.acting.act(obs)
+        step = self.acting.current  # the recurrent states entering the step
+        self.transition.hidden_states = (self._states(step, "actor"), self._states(step, "critic"))
+        self.transition.actions = actions
+        self.transition.values = step["state_value"]
+        self.transition.actions_log_prob = step["action_log_prob"]
+        self.transition.distribution_params = (step["loc"], step["scale"])
+        self.transition.observations = obs
+        return actions
+
+    def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
+        super().process_env_step(obs, rewards, dones, extras)
+        self.acting.advance(dones.bool().unsqueeze(-1))
+
+    def compute_returns(self, obs: TensorDict) -> None:
+        if self.critic.is_recurrent:  # the last value from the acting critic's state
+            state = self._states(self.acting.carry, "critic")
+            self.critic.reset(hidden_state=state if len(state) > 1 else state[0])
+        super().compute_returns(obs)
+
+    def update(self) -> dict[str, float]:
+        stats = super().update()
+        self.give_weights()
+        return stats
 
 
 if __name__ == "__main__":

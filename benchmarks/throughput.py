@@ -51,6 +51,7 @@ for name, agent, algorithm in (
     ("rsl_rl_recurrent_our_update_rsl_rl_time_outs", RECURRENT_AGENT, "OurPPORslRlTimeOuts"),
     ("rsl_rl_recurrent_twin_update", RECURRENT_AGENT, "TwinPPO"),
     ("rsl_rl_recurrent_twin_update_rsl_rl_time_outs", RECURRENT_AGENT, "TwinPPORslRlTimeOuts"),
+    ("rsl_rl_recurrent_our_acting", RECURRENT_AGENT, "OurActingPPO"),
 ):
     TRAINING_RUNS[name] = [*OUR_UPDATE, *agent, f"agent.algorithm.class_name=rsl_rl_with_our_ppo:{algorithm}"]
 
