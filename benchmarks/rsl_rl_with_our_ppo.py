@@ -200,6 +200,15 @@ def _noise(actor: torch.nn.Module) -> torch.Tensor:
     return next(m for m in actor.modules() if isinstance(m, AddStateIndependentNormalScale)).state_independent_scale
 
 
+def _with_learner(obs: TensorDict, env, cfg: dict, device: str, learner_class: type) -> tuple[RslRlPPO, PPO]:
+    """rsl_rl's algorithm (the class ``cfg`` names) and this project's learner built from the same config."""
+    runner_cfg = our_cfg(env, copy.deepcopy(cfg), device)
+    alg = RslRlPPO.construct_algorithm(obs, env, cfg, device)
+    obs_dim = obs["policy"].shape[-1]
+    interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
+    return alg, learner_class(runner_cfg, interface, device, lag_corrected=False)
+
+
 def _pairs(learner: PPO, rsl_rl: RslRlPPO) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(the learner's parameter, rsl_rl's) in one order: the recurrent layer, the MLP, the actor's noise."""
     pairs = []
@@ -230,11 +239,8 @@ class TwinPPO(RslRlPPO):
 
     @staticmethod
     def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> TwinPPO:
-        runner_cfg = our_cfg(env, copy.deepcopy(cfg), device)
-        alg = RslRlPPO.construct_algorithm(obs, env, cfg, device)
-        obs_dim = obs["policy"].shape[-1]
-        interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
-        alg.learner = ContiguousSplitPPO(runner_cfg, interface, device, lag_corrected=False)
+        alg, learner = _with_learner(obs, env, cfg, device, ContiguousSplitPPO)
+        alg.learner = learner
         alg.twin_steps, alg.first_is_init, alg.updates = [], None, 0
         return alg
 
@@ -326,11 +332,8 @@ class OurActingPPO(RslRlPPO):
 
     @staticmethod
     def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> OurActingPPO:
-        runner_cfg = our_cfg(env, copy.deepcopy(cfg), device)
-        alg = RslRlPPO.construct_algorithm(obs, env, cfg, device)
-        obs_dim = obs["policy"].shape[-1]
-        interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
-        alg.acting = OurPPO(PPO(runner_cfg, interface, device, lag_corrected=False), env.num_envs)
+        alg, learner = _with_learner(obs, env, cfg, device, PPO)
+        alg.acting = OurPPO(learner, env.num_envs)
         alg.give_weights()
         return alg
 
