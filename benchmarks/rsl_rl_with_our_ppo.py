@@ -230,8 +230,8 @@ class TwinPPO(RslRlPPO):
     (``rsl_rl_recurrent_twin_update``): before every update the learner takes rsl_rl's weights, Adam moments and
     learning rate, updates on the same rollout in the collectors' layout (time-outs bootstrapped with V of the true
     final observation, its own rule), and the two updates' results are logged side by side (``Loss/twin_*``) and
-    printed as one JSON line per update. Training follows rsl_rl's weights; the learner only measures. It splits
-    its minibatches as rsl_rl does, so that the two see the same samples."""
+    printed as one JSON line per update. Training follows rsl_rl's weights; the learner only measures. A recurrent
+    learner splits its minibatches as rsl_rl does, so that the two see the same samples (an MLP's are drawn apart)."""
 
     learner: PPO
     rsl_rl_time_outs = False
