@@ -35,9 +35,10 @@ from isaaclab_torchrl.recurrent import ROLLOUT_START_KEY, fold_states, slices
 from isaaclab_torchrl.runners import PPO
 
 
-def our_cfg(env, cfg: dict, device: str) -> TorchRLRunnerCfg:
+def our_cfg(env, cfg: dict, device: str, settings: dict | None = None) -> TorchRLRunnerCfg:
     """This project's runner config ported from rsl_rl's, as ``--agent torchrl[_lstm]`` ports it: the task's rsl_rl
-    agent config from the registry, updated with the dict rsl_rl reads (the run's overrides applied)."""
+    agent config from the registry, updated with the dict rsl_rl reads (the run's overrides applied), then with
+    ``settings`` (runner fields, e.g. ``{"tf32": False}``) before it is resolved."""
     import isaaclab_tasks  # noqa: F401  (registers the tasks)
     from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
 
@@ -49,6 +50,8 @@ def our_cfg(env, cfg: dict, device: str) -> TorchRLRunnerCfg:
     rsl_cfg.from_dict({key: value for key, value in cfg.items() if hasattr(rsl_cfg, key)} | {"algorithm": algorithm})
     runner = port_rsl_rl_cfg(rsl_cfg)
     runner.device = device
+    for key, value in (settings or {}).items():
+        setattr(runner, key, value)
     validate_agent_cfg(runner, env.num_envs)
     return runner
 
@@ -200,13 +203,19 @@ def _noise(actor: torch.nn.Module) -> torch.Tensor:
     return next(m for m in actor.modules() if isinstance(m, AddStateIndependentNormalScale)).state_independent_scale
 
 
-def _with_learner(obs: TensorDict, env, cfg: dict, device: str, learner_class: type) -> tuple[RslRlPPO, PPO]:
-    """rsl_rl's algorithm (the class ``cfg`` names) and this project's learner built from the same config."""
-    runner_cfg = our_cfg(env, copy.deepcopy(cfg), device)
+def _with_learners(
+    obs: TensorDict, env, cfg: dict, device: str, learner_class: type, variants: dict[str, dict]
+) -> tuple[RslRlPPO, dict[str, PPO]]:
+    """rsl_rl's algorithm (the class ``cfg`` names) and this project's learners built from the same config, one per
+    variant (a name and the runner settings it changes)."""
     alg = RslRlPPO.construct_algorithm(obs, env, cfg, device)
     obs_dim = obs["policy"].shape[-1]
     interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
-    return alg, learner_class(runner_cfg, interface, device, lag_corrected=False)
+    learners = {}
+    for name, settings in variants.items():
+        runner_cfg = our_cfg(env, copy.deepcopy(cfg), device, settings)
+        learners[name] = learner_class(runner_cfg, interface, device, lag_corrected=False)
+    return alg, learners
 
 
 def _pairs(learner: PPO, rsl_rl: RslRlPPO) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -233,14 +242,16 @@ class TwinPPO(RslRlPPO):
     printed as one JSON line per update. Training follows rsl_rl's weights; the learner only measures. A recurrent
     learner splits its minibatches as rsl_rl does, so that the two see the same samples (an MLP's are drawn apart)."""
 
-    learner: PPO
+    learners: dict[str, PPO]
     rsl_rl_time_outs = False
-    """Give the learner rsl_rl's time-out bootstrap (:class:`TwinPPORslRlTimeOuts`)."""
+    """Give the learners rsl_rl's time-out bootstrap (:class:`TwinPPORslRlTimeOuts`)."""
+    variants: dict[str, dict] = {"": {}}
+    """The learners updating beside rsl_rl: a name (the suffix of their logged keys) and the runner settings each
+    changes from the defaults."""
 
-    @staticmethod
-    def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> TwinPPO:
-        alg, learner = _with_learner(obs, env, cfg, device, ContiguousSplitPPO)
-        alg.learner = learner
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> TwinPPO:
+        alg, alg.learners = _with_learners(obs, env, cfg, device, ContiguousSplitPPO, cls.variants)
         alg.twin_steps, alg.first_is_init, alg.updates = [], None, 0
         return alg
 
@@ -286,42 +297,49 @@ class TwinPPO(RslRlPPO):
 
     def update(self) -> dict[str, float]:
         batch = self._twin_batch()
-        pairs = _pairs(self.learner, self)
-        with torch.no_grad():  # the learner starts from rsl_rl's weights, moments and learning rate
-            for mine, theirs in pairs:
-                mine.copy_(theirs)
-                state, reference = self.learner.optimizer.state.get(mine), self.optimizer.state.get(theirs)
-                if state and reference:
-                    for key in ("exp_avg", "exp_avg_sq", "step"):
-                        state[key].copy_(reference[key])
-            self.learner.lr.fill_(self.learning_rate)
         std_before = self.actor.distribution.std_param.detach().clone()
-        ours = self.learner.update(batch)
-        after = [mine.detach().clone() for mine, _ in pairs]
+        results = {}
+        for name, learner in self.learners.items():
+            pairs = _pairs(learner, self)
+            with torch.no_grad():  # the learner starts from rsl_rl's weights, moments and learning rate
+                for mine, theirs in pairs:
+                    mine.copy_(theirs)
+                    state, reference = learner.optimizer.state.get(mine), self.optimizer.state.get(theirs)
+                    if state and reference:
+                        for key in ("exp_avg", "exp_avg_sq", "step"):
+                            state[key].copy_(reference[key])
+                learner.lr.fill_(self.learning_rate)
+            ours = learner.update(batch.clone())
+            results[name] = (ours, [mine.detach().clone() for mine, _ in pairs], _noise(learner.actor).detach().clone())
         theirs = super().update()
-        with torch.no_grad():
-            largest = torch.stack([(a - t).abs().max() for a, (_, t) in zip(after, pairs, strict=True)]).max()
-            norm = torch.stack([(a - t).norm() for a, (_, t) in zip(after, pairs, strict=True)]).norm()
+        std_change = float((self.actor.distribution.std_param.detach() - std_before).mean())
         twin = {
-            "update": self.updates,
-            "largest_difference": float(largest),
-            "difference_norm": float(norm),
-            "std_change_rsl_rl": float((self.actor.distribution.std_param.detach() - std_before).mean()),
-            "std_change_ours": float((_noise(self.learner.actor).detach() - std_before).mean()),
+            "std_change_rsl_rl": std_change,
             "learning_rate_rsl_rl": self.learning_rate,
-            "learning_rate_ours": self.learner.learning_rate,
             **{f"{key}_rsl_rl": float(theirs[key]) for key in ("surrogate", "value", "entropy")},
-            **{f"{key}_ours": float(ours[key]) for key in ("surrogate", "value", "entropy", "kl")},
         }
-        print("[twin] " + json.dumps(twin), flush=True)
+        pairs = _pairs(next(iter(self.learners.values())), self)
+        with torch.no_grad():
+            for name, (ours, after, noise) in results.items():
+                differences = torch.stack([(a - t).abs().max() for a, (_, t) in zip(after, pairs, strict=True)])
+                twin[f"largest_difference{name}"] = float(differences.max())
+                norms = torch.stack([(a - t).norm() for a, (_, t) in zip(after, pairs, strict=True)])
+                twin[f"difference_norm{name}"] = float(norms.norm())
+                twin[f"std_change_ours{name}"] = float((noise - std_before).mean())
+                twin[f"learning_rate_ours{name}"] = self.learners[name].learning_rate
+                twin.update({f"{key}_ours{name}": float(ours[key]) for key in ("surrogate", "value", "entropy", "kl")})
+        print("[twin] " + json.dumps({"update": self.updates, **twin}), flush=True)
         self.updates += 1
-        return {**theirs, **{f"twin_{key}": value for key, value in twin.items() if key != "update"}}
+        return {**theirs, **{f"twin_{key}": value for key, value in twin.items()}}
 
 
 class TwinPPORslRlTimeOuts(TwinPPO):
-    """:class:`TwinPPO` whose learner is given rsl_rl's time-out bootstrap: the two updates then differ by numerics."""
+    """:class:`TwinPPO` whose learners are given rsl_rl's time-out bootstrap: the updates then differ by numerics.
+    Three learners: the defaults (on a GPU compiled, graphed, the ``fused`` recurrence, TF32), the same in float32
+    (``_fp32``) and the plain eager update (``_eager``: cuDNN over padded trajectories, as rsl_rl's)."""
 
     rsl_rl_time_outs = True
+    variants = {"": {}, "_fp32": {"tf32": False}, "_eager": {"speed": "off"}}
 
 
 class OurActingPPO(RslRlPPO):
@@ -332,8 +350,8 @@ class OurActingPPO(RslRlPPO):
 
     @staticmethod
     def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> OurActingPPO:
-        alg, learner = _with_learner(obs, env, cfg, device, PPO)
-        alg.acting = OurPPO(learner, env.num_envs)
+        alg, learners = _with_learners(obs, env, cfg, device, PPO, {"": {}})
+        alg.acting = OurPPO(learners[""], env.num_envs)
         alg.give_weights()
         return alg
 
