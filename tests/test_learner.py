@@ -17,11 +17,13 @@ import torch
 from tensordict import TensorDict
 
 from isaaclab_torchrl.runners import PPO
+from isaaclab_torchrl.runners.safety import NonFiniteError
 from ppo_reference import (
     ACT,
     BACKENDS,
     HIDDEN,
     INTERFACE,
+    LR,
     LR_MAX,
     OBS,
     ONE_STEP,
@@ -197,3 +199,35 @@ def test_minibatches_are_steps_for_an_mlp_and_slices_for_a_recurrent_policy(rnn_
             assert torch.equal(minibatch["index"] % T, torch.arange(T).expand(N // 2, T)), "whole slices, in order"
             first = minibatch["index"][:, :1].float()[..., None, None].expand(N // 2, T, 1, HIDDEN)
             assert learner.state_shapes and all(torch.equal(minibatch[key], first) for key in learner.state_shapes)
+
+
+@pytest.mark.parametrize("rnn_type", [None, "lstm"])
+@pytest.mark.parametrize("where", ["everywhere", "one step"])
+def test_a_non_finite_loss_stops_the_update_with_no_step_applied_from_its_minibatch_on(rnn_type, where):
+    """A NaN in one minibatch's loss (here an action, which the batch's own check does not read): that step and every
+    later one are skipped on the device, the error names the minibatch, and the networks, Adam's moments and the
+    learning rate stay as the steps before it left them."""
+    torch.manual_seed(0)
+    learner = PPO(_cfg(rnn_type, **SEVERAL_STEPS), INTERFACE, "cpu")
+    batch = _batch(rnn_type)
+    if where == "everywhere":
+        batch["action"][:] = float("nan")
+    else:
+        batch["action"][2, 4] = float("nan")
+    initial = [p.detach().clone() for p in _learner_parameters(learner)]
+    rates = [learner.learning_rate]  # then the learning rate at each optimizer step, skipped ones included
+    learner.optimizer.register_step_post_hook(lambda *_: rates.append(learner.learning_rate))
+
+    with pytest.raises(NonFiniteError, match=r"Non-finite \['surrogate'.*\] in minibatch (\d) \(epoch 1\)") as error:
+        _update(learner, batch)
+
+    applied = int(error.value.args[0].split("in minibatch ")[1][0]) - 1
+    assert error.value.parameters_unchanged == (applied == 0)
+    steps = {int(state["step"]) for state in learner.optimizer.state.values()}
+    assert steps <= {applied}, f"{applied} steps before the NaN, Adam counted {steps}"
+    assert len(rates) == 1 + 6 and set(rates[applied:]) == {rates[applied]}, rates
+    if where == "everywhere":
+        assert applied == 0
+        assert all(torch.equal(p, q) for p, q in zip(_learner_parameters(learner), initial, strict=True))
+        assert learner.learning_rate == pytest.approx(LR)
+    assert all(bool(torch.isfinite(p).all()) for p in _learner_parameters(learner))

@@ -23,7 +23,7 @@ from .distributed import DistributedContext, average, average_gradients, broadca
 from .gae import CollectedBatchGAE
 from .loss import make_loss
 from .rnd import RandomNetworkDistillation
-from .safety import NonFiniteError
+from .safety import NonFiniteError, SkipNonFiniteSteps
 
 STEP_STATISTICS = ("surrogate", "value", "entropy", "kl", "grad_norm")
 """What each gradient step reports, in this order (with symmetry or RND, ``symmetry`` and ``rnd`` before
@@ -121,6 +121,8 @@ class PPO:
                 predictor, lr=algo.rnd_cfg.learning_rate, capturable=on_cuda, fused=True
             )
             self.synced_parameters += predictor
+        optimizers = [self.optimizer] + ([self.rnd_optimizer] if self.rnd is not None else [])
+        self.non_finite = SkipNonFiniteSteps(self.statistics, self.device, optimizers) if cfg.check_for_nan else None
         self._losses = compile_losses(self.losses, cfg) if cfg.compile else self.losses
         self._loss_and_gradients = self.loss_and_gradients
         if cfg.cudagraphs:
@@ -186,9 +188,11 @@ class PPO:
         # only what the loss reads: indexing a minibatch then copies a few tensors instead of the whole batch
         batch = batch.select(*self.loss_keys)
 
+        if check:
+            self.non_finite.reset()
         sums, num_steps = None, 0  # statistics (STEP_STATISTICS) summed on the device, read once per update
         minibatches = self._minibatches(batch)
-        for epoch in range(algo.num_learning_epochs):
+        for _ in range(algo.num_learning_epochs):
             for minibatch in minibatches:
                 losses = self._loss_and_gradients(minibatch)["statistics"]
                 stats = torch.cat([losses, self._average_and_clip_gradients()[None]])
@@ -196,15 +200,16 @@ class PPO:
                     # one all-reduce: the same KL (so the same learning rate) and NaN verdict on every rank
                     with self._communication():
                         stats = average(stats)
-                if check:
-                    self._check_step(stats, epoch, num_steps)
+                skipped = self.non_finite.check(stats) if check else None
                 if algo.schedule == "adaptive" and algo.desired_kl is not None:
-                    self._adapt_learning_rate(stats[self.statistics.index("kl")])
+                    self._adapt_learning_rate(stats[self.statistics.index("kl")], skipped)
                 self.optimizer.step()
                 if self.rnd is not None:
                     self.rnd_optimizer.step()
                 sums = stats if sums is None else sums + stats
                 num_steps += 1
+        if check:
+            self.non_finite.raise_if_found(len(minibatches))
         # after the epochs, like rsl_rl: the batch was collected, and the proximal log-probabilities computed, with
         # the statistics from before it; a batch that stopped the update leaves them as they were
         self._update_normalizers(normalizer_samples)
@@ -281,17 +286,6 @@ class PPO:
         norms = [torch.nn.utils.clip_grad_norm_(group, max_norm) for group in self.clipped_groups]
         return torch.linalg.vector_norm(torch.stack(norms))
 
-    def _check_step(self, stats: torch.Tensor, epoch: int, done_steps: int) -> None:
-        """Stops before the optimizer step when a loss or the gradient is not finite (one host sync)."""
-        finite = torch.isfinite(stats)
-        if not bool(finite.all()):
-            bad = [key for key, ok in zip(self.statistics, finite.tolist(), strict=True) if not ok]
-            raise NonFiniteError(
-                f"Non-finite {bad} in minibatch {done_steps + 1} (epoch {epoch + 1}) of the update; that gradient "
-                "step was not applied.",
-                parameters_unchanged=done_steps == 0,
-            )
-
     def _normalizer_samples(self, batch: TensorDictBase) -> list[torch.Tensor]:
         """The inputs of each observation normalizer in ``batch`` (its groups, concatenated)."""
         return [torch.cat([batch[key] for key in keys], dim=-1) for _, keys in self.normalizers]
@@ -321,15 +315,16 @@ class PPO:
                 parameters_unchanged=True,
             )
 
-    def _adapt_learning_rate(self, kl: torch.Tensor) -> None:
-        """rsl_rl's adaptive schedule: shrink the learning rate when the policy moved too far, grow it otherwise."""
+    def _adapt_learning_rate(self, kl: torch.Tensor, skipped: torch.Tensor | None) -> None:
+        """rsl_rl's adaptive schedule: shrink the learning rate when the policy moved too far, grow it otherwise (not
+        on a step the NaN check skips)."""
         desired_kl = self.cfg.algorithm.desired_kl
         shrunk = torch.clamp(self.lr / 1.5, min=1e-5)
         grown = torch.clamp(self.lr * 1.5, max=1e-2)
         lr = torch.where(
             kl > desired_kl * 2.0, shrunk, torch.where((kl > 0.0) & (kl < desired_kl / 2.0), grown, self.lr)
         )
-        self.lr.copy_(lr)
+        self.lr.copy_(lr if skipped is None else torch.where(skipped > 0, self.lr, lr))
 
     @contextlib.contextmanager
     def _communication(self):

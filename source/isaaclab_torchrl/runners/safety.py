@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import torch
+
 from ..workers import end_with_parent
 
 
@@ -29,6 +31,47 @@ class NonFiniteError(FloatingPointError):
     def __init__(self, message: str, parameters_unchanged: bool):
         super().__init__(message)
         self.parameters_unchanged = parameters_unchanged
+
+
+class SkipNonFiniteSteps:
+    """The update's NaN/Inf guard, without a host sync per minibatch: from the first minibatch whose losses or gradient
+    norm are not finite, the optimizers given to it skip every step, on the device (fused Adam's ``found_inf``, the
+    flag ``torch.amp.GradScaler`` sets), and :meth:`raise_if_found` reads the verdict once, after the epochs, so that
+    the networks, the optimizers' moments and the learning rate stay as they were before that minibatch."""
+
+    def __init__(self, names: list[str], device: torch.device, optimizers: list[torch.optim.Optimizer]):
+        self.names = names
+        self.found = torch.zeros((), device=device)
+        """1.0 from the first step whose statistics were not finite on (what the optimizers read)."""
+        self.bad = torch.zeros(len(names), dtype=torch.bool, device=device)
+        self.applied = torch.zeros((), dtype=torch.long, device=device)
+        for optimizer in optimizers:
+            optimizer.found_inf = self.found
+
+    def reset(self) -> None:
+        self.found.zero_()
+        self.bad.zero_()
+        self.applied.zero_()
+
+    def check(self, statistics: torch.Tensor) -> torch.Tensor:
+        """Marks a step whose ``statistics`` are not finite, and every later step, to be skipped; returns the flag."""
+        not_finite = ~torch.isfinite(statistics)
+        first = not_finite.any() & (self.found == 0)
+        self.bad.copy_(torch.where(first, not_finite, self.bad))
+        self.found.copy_(torch.maximum(self.found, not_finite.any().float()))
+        self.applied.add_((self.found == 0).long())
+        return self.found
+
+    def raise_if_found(self, steps_per_epoch: int) -> None:
+        """Raises :class:`NonFiniteError` if a step was skipped (reads the device once)."""
+        if bool(self.found):
+            applied = int(self.applied)
+            bad = [name for name, flag in zip(self.names, self.bad.tolist(), strict=True) if flag]
+            raise NonFiniteError(
+                f"Non-finite {bad} in minibatch {applied + 1} (epoch {applied // steps_per_epoch + 1}) of the update; "
+                "neither that gradient step nor a later one was applied.",
+                parameters_unchanged=applied == 0,
+            )
 
 
 def describe_exit(exitcode: int | None) -> str:
