@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from isaaclab_torchrl.runners import PPO
+from isaaclab_torchrl.runners.safety import NonFiniteError
 from ppo_reference import INTERFACE, SEED, _batch, _cfg, _learner_parameters, _reference_update
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -62,3 +63,17 @@ def test_the_graphed_update_equals_the_eager_one_over_epochs_of_several_minibatc
         updated.append([p.detach().cpu() for p in _learner_parameters(learner)])
     for index, (eager, graphed) in enumerate(zip(*updated, strict=True)):
         torch.testing.assert_close(graphed, eager, atol=1e-5, rtol=1e-5, msg=f"parameter {index}")
+
+
+@pytest.mark.parametrize("rnn_type", ["lstm", None])
+def test_the_graphed_update_skips_every_step_from_a_non_finite_minibatch_on(rnn_type):
+    """The NaN check on the device (fused Adam's ``found_inf`` on CUDA): no step from the bad minibatch on."""
+    learner = _gpu_learner(rnn_type, compile_=True, cudagraphs=True, minibatches=2)
+    batch = _batch(rnn_type)
+    batch["action"][2, 4] = float("nan")
+    torch.manual_seed(SEED)
+    with pytest.raises(NonFiniteError, match=r"in minibatch \d \(epoch 1\)") as error:
+        learner.update(batch.to("cuda:0"))
+    applied = int(error.value.args[0].split("in minibatch ")[1][0]) - 1
+    assert {int(state["step"]) for state in learner.optimizer.state.values()} <= {applied}
+    assert all(bool(torch.isfinite(p).all()) for p in _learner_parameters(learner))
