@@ -17,6 +17,7 @@ Run as a script it is ``isaaclab_train_offline.py``, so that rsl_rl finds the al
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import sys
 
@@ -38,7 +39,7 @@ from isaaclab_torchrl.runners import PPO
 def our_cfg(env, cfg: dict, device: str, settings: dict | None = None) -> TorchRLRunnerCfg:
     """This project's runner config ported from rsl_rl's, as ``--agent torchrl[_lstm]`` ports it: the task's rsl_rl
     agent config from the registry, updated with the dict rsl_rl reads (the run's overrides applied), then with
-    ``settings`` (runner fields, e.g. ``{"tf32": False}``) before it is resolved."""
+    ``settings`` (runner fields, e.g. ``{"policy.recurrent_backend": "fused"}``) before it is resolved."""
     import isaaclab_tasks  # noqa: F401  (registers the tasks)
     from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
 
@@ -51,7 +52,8 @@ def our_cfg(env, cfg: dict, device: str, settings: dict | None = None) -> TorchR
     runner = port_rsl_rl_cfg(rsl_cfg)
     runner.device = device
     for key, value in (settings or {}).items():
-        setattr(runner, key, value)
+        *path, name = key.split(".")
+        setattr(functools.reduce(getattr, path, runner), name, value)
     validate_agent_cfg(runner, env.num_envs)
     return runner
 
@@ -335,11 +337,17 @@ class TwinPPO(RslRlPPO):
 
 class TwinPPORslRlTimeOuts(TwinPPO):
     """:class:`TwinPPO` whose learners are given rsl_rl's time-out bootstrap: the updates then differ by numerics.
-    Three learners: the defaults (on a GPU compiled, graphed, the ``fused`` recurrence, TF32), the same in float32
-    (``_fp32``) and the plain eager update (``_eager``: cuDNN over padded trajectories, as rsl_rl's)."""
+    Four learners, to tell which of the GPU's settings moves the update: the defaults (on a GPU compiled, graphed, the
+    ``fused`` recurrence), the same not graphed (``_nograph``), the ``fused`` recurrence eager (``_fused_eager``) and
+    the plain eager update (``_eager``: cuDNN over padded trajectories, as rsl_rl's)."""
 
     rsl_rl_time_outs = True
-    variants = {"": {}, "_fp32": {"tf32": False}, "_eager": {"speed": "off"}}
+    variants = {
+        "": {},
+        "_nograph": {"cudagraphs": False, "compile": True, "policy.recurrent_backend": "fused"},
+        "_fused_eager": {"speed": "off", "policy.recurrent_backend": "fused"},
+        "_eager": {"speed": "off"},
+    }
 
 
 class OurActingPPO(RslRlPPO):
