@@ -314,22 +314,19 @@ class TwinPPO(RslRlPPO):
             ours = learner.update(batch.clone())
             results[name] = (ours, [mine.detach().clone() for mine, _ in pairs], _noise(learner.actor).detach().clone())
         theirs = super().update()
-        std_change = float((self.actor.distribution.std_param.detach() - std_before).mean())
         twin = {
-            "std_change_rsl_rl": std_change,
+            "std_change_rsl_rl": float((self.actor.distribution.std_param.detach() - std_before).mean()),
             "learning_rate_rsl_rl": self.learning_rate,
             **{f"{key}_rsl_rl": float(theirs[key]) for key in ("surrogate", "value", "entropy")},
         }
-        pairs = _pairs(next(iter(self.learners.values())), self)
-        with torch.no_grad():
-            for name, (ours, after, noise) in results.items():
-                differences = torch.stack([(a - t).abs().max() for a, (_, t) in zip(after, pairs, strict=True)])
-                twin[f"largest_difference{name}"] = float(differences.max())
-                norms = torch.stack([(a - t).norm() for a, (_, t) in zip(after, pairs, strict=True)])
-                twin[f"difference_norm{name}"] = float(norms.norm())
-                twin[f"std_change_ours{name}"] = float((noise - std_before).mean())
-                twin[f"learning_rate_ours{name}"] = self.learners[name].learning_rate
-                twin.update({f"{key}_ours{name}": float(ours[key]) for key in ("surrogate", "value", "entropy", "kl")})
+        reference = [theirs for _, theirs in _pairs(next(iter(self.learners.values())), self)]
+        for name, (ours, after, noise) in results.items():
+            differences = [mine - theirs for mine, theirs in zip(after, reference, strict=True)]
+            twin[f"largest_difference{name}"] = max(float(d.abs().max()) for d in differences)
+            twin[f"difference_norm{name}"] = float(torch.stack([d.norm() for d in differences]).norm())
+            twin[f"std_change_ours{name}"] = float((noise - std_before).mean())
+            twin[f"learning_rate_ours{name}"] = self.learners[name].learning_rate
+            twin.update({f"{key}_ours{name}": float(ours[key]) for key in ("surrogate", "value", "entropy", "kl")})
         print("[twin] " + json.dumps({"update": self.updates, **twin}), flush=True)
         self.updates += 1
         return {**theirs, **{f"twin_{key}": value for key, value in twin.items()}}
