@@ -70,7 +70,7 @@ for network in ("mlp", "lstm"):
         # two or four collector subprocesses share the device, each with its share of the environments
         TRAINING_RUNS[f"torchrl_{network}_{mode}_x2"] = [*base, "--num_collectors", "2"]
         TRAINING_RUNS[f"torchrl_{network}_{mode}_x4"] = [*base, "--num_collectors", "4"]
-        # without the per-minibatch NaN check (its host sync), to measure what it costs
+        # without the update's NaN check, to measure what it costs
         TRAINING_RUNS[f"torchrl_{network}_{mode}_nocheck"] = [*base, "agent.check_for_nan=false"]
         # eager update and inference (agent.speed=off), to measure what the GPU's speed settings gain
         TRAINING_RUNS[f"torchrl_{network}_{mode}_plain"] = [*base, "agent.speed=off"]

@@ -325,7 +325,8 @@ class TorchRLRunnerCfg:
     """Clipping range of the actions sent to the environment; ``None`` disables it."""
     check_for_nan: bool = True
     """Stop on NaN/Inf in observations, rewards, advantages, losses or gradients (rsl_rl's option of the same
-    name). The loss and gradient check reads one flag per minibatch from the learner's device."""
+    name). From a minibatch whose losses or gradient are not finite on, the steps are skipped on the learner's device,
+    which is read once per update."""
     init_at_random_ep_len: bool = True
     """Start the first episodes at random points of their time limit (rsl_rl's option of the same name), so
     that episodes do not all time out in the same step."""
