@@ -10,8 +10,8 @@ this project's collection policy, stepped in rsl_rl's loop, and each rollout, la
 goes to this project's learner. Against rsl_rl's own run it measures the update (with the networks and the policy's
 sampling); against this project's runner, the collection (torchrl's collector, the env wrapper, the workers).
 ``rsl_rl_recurrent_twin_update`` (:class:`TwinPPO`) trains with rsl_rl's PPO and updates this project's learner
-beside it on every rollout from the same weights: the update alone, on the task's own rollouts.
-Run as a script it is ``isaaclab_train_offline.py``, so that rsl_rl finds the algorithms by this module's name.
+beside it on every rollout from the same weights: the update alone, on the task's own rollouts. Run as a script it
+is ``isaaclab_train_offline.py``, so that rsl_rl finds the algorithms by this module's name.
 """
 
 from __future__ import annotations
@@ -245,11 +245,9 @@ class TwinPPO(RslRlPPO):
     learner splits its minibatches as rsl_rl does, so that the two see the same samples (an MLP's are drawn apart)."""
 
     learners: dict[str, PPO]
-    rsl_rl_time_outs = False
-    """Give the learners rsl_rl's time-out bootstrap (:class:`TwinPPORslRlTimeOuts`)."""
+    rsl_rl_time_outs = False  # the learners given rsl_rl's time-out bootstrap: TwinPPORslRlTimeOuts
     variants: dict[str, dict] = {"": {}}
-    """The learners updating beside rsl_rl: a name (the suffix of their logged keys) and the runner settings each
-    changes from the defaults."""
+    """The learners beside rsl_rl: a name (their logged keys' suffix) and the runner settings it changes."""
 
     @classmethod
     def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> TwinPPO:
@@ -258,8 +256,7 @@ class TwinPPO(RslRlPPO):
         return alg
 
     def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
-        # what rsl_rl's storage does not keep: the rewards before its time-out bootstrap, the time-outs, the final
-        # observations (Isaac Lab rewrites its reward and time-out buffers every step: copies)
+        # what rsl_rl's storage does not keep (copies: Isaac Lab rewrites its reward and time-out buffers every step)
         done = dones.bool()
         time_out = extras.get("time_outs", torch.zeros_like(done)).to(self.device, torch.bool, copy=True)
         final = torch.where(done[:, None], extras.get("final_obs", {}).get("policy", obs["policy"]), obs["policy"])
@@ -269,9 +266,8 @@ class TwinPPO(RslRlPPO):
     def _twin_batch(self) -> TensorDict:
         storage, steps = self.storage, self.twin_steps
         reward, done, time_out, final = (torch.stack(part) for part in zip(*steps, strict=True))
-        num_envs = done.shape[1]
         if self.first_is_init is None:
-            self.first_is_init = torch.ones(num_envs, dtype=torch.bool, device=done.device)
+            self.first_is_init = torch.ones_like(done[0])
         is_init = torch.cat([self.first_is_init[None], done[:-1]])
         if self.rsl_rl_time_outs:  # rsl_rl's stored rewards (gamma * V(s_t) added on time-outs), ended as terminations
             reward, time_out = storage.rewards.squeeze(-1), torch.zeros_like(time_out)
