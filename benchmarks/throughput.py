@@ -44,16 +44,18 @@ TRAINING_RUNS = {
 # one of rsl_rl's update rules that the parity test leaves out: its recurrent minibatch split, its time-out bootstrap
 OUR_UPDATE = [os.path.join(REPO, "benchmarks", "rsl_rl_with_our_ppo.py"), *RSL_RL[1:], "env.compute_final_obs=true"]
 RECURRENT_AGENT = ["--agent", "rsl_rl_recurrent_cfg_entry_point"]
+# rsl_rl's PPO with one of this project's parts beside or inside it (rsl_rl_twin.py): its update, acting, initialization
 for name, agent, algorithm in (
-    ("rsl_rl_our_update", [], "OurPPO"),
-    ("rsl_rl_recurrent_our_update", RECURRENT_AGENT, "OurPPO"),
-    ("rsl_rl_recurrent_our_update_contiguous_split", RECURRENT_AGENT, "OurPPOContiguousSplit"),
-    ("rsl_rl_recurrent_our_update_rsl_rl_time_outs", RECURRENT_AGENT, "OurPPORslRlTimeOuts"),
-    ("rsl_rl_recurrent_twin_update", RECURRENT_AGENT, "TwinPPO"),
-    ("rsl_rl_recurrent_twin_update_rsl_rl_time_outs", RECURRENT_AGENT, "TwinPPORslRlTimeOuts"),
-    ("rsl_rl_recurrent_our_acting", RECURRENT_AGENT, "OurActingPPO"),
+    ("rsl_rl_our_update", [], "rsl_rl_with_our_ppo:OurPPO"),
+    ("rsl_rl_recurrent_our_update", RECURRENT_AGENT, "rsl_rl_with_our_ppo:OurPPO"),
+    ("rsl_rl_recurrent_our_update_contiguous_split", RECURRENT_AGENT, "rsl_rl_with_our_ppo:OurPPOContiguousSplit"),
+    ("rsl_rl_recurrent_our_update_rsl_rl_time_outs", RECURRENT_AGENT, "rsl_rl_with_our_ppo:OurPPORslRlTimeOuts"),
+    ("rsl_rl_recurrent_twin_update", RECURRENT_AGENT, "rsl_rl_twin:TwinPPO"),
+    ("rsl_rl_recurrent_twin_update_rsl_rl_time_outs", RECURRENT_AGENT, "rsl_rl_twin:TwinPPORslRlTimeOuts"),
+    ("rsl_rl_recurrent_our_acting", RECURRENT_AGENT, "rsl_rl_twin:OurActingPPO"),
+    ("rsl_rl_recurrent_our_init", RECURRENT_AGENT, "rsl_rl_twin:OurInitPPO"),
 ):
-    TRAINING_RUNS[name] = [*OUR_UPDATE, *agent, f"agent.algorithm.class_name=rsl_rl_with_our_ppo:{algorithm}"]
+    TRAINING_RUNS[name] = [*OUR_UPDATE, *agent, f"agent.algorithm.class_name={algorithm}"]
 
 for network in ("mlp", "lstm"):
     agent = [TRAIN_SCRIPT, "--agent", "torchrl" if network == "mlp" else "torchrl_lstm"]
