@@ -20,10 +20,10 @@ pytestmark = pytest.mark.fast
 GAMMA, LAM = 0.9, 0.8
 N, T, OBS = 3, 8, 4
 # (env, step) -> kind of episode end
-TERMINATED = {(0, 2), (2, 7)}
-TRUNCATED = {(0, 5), (1, 3), (1, 5), (2, 1)}
-# Not covered: a time-out on an episode's first step. torchrl's shifted GAE restarts the recurrent state for
-# the inserted final observation there (it inherits the step's is_init), an approximation for 1-step episodes.
+# env 0 times out on its first episode's first step; env 1 starts an episode on the rollout's last step, so that the
+# bootstrap at the rollout's end follows one step of a new episode
+TERMINATED = {(0, 2), (1, 6), (2, 7)}
+TRUNCATED = {(0, 0), (0, 5), (1, 3), (1, 5), (2, 1)}
 
 
 def _batch(rnn_state_keys: dict[str, int]) -> TensorDict:
@@ -105,9 +105,12 @@ def _reference_gae(batch, values, next_values):
     return advantage, advantage + values
 
 
-@pytest.mark.parametrize("rnn_type", [None, "lstm"])
-def test_gae_matches_reference(rnn_type):
-    cfg = TorchRLPolicyCfg(rnn_type=rnn_type, rnn_hidden_size=5, actor_hidden_dims=[6], critic_hidden_dims=[6])
+# the update's GAE runs the critic with the policy's recurrent backend: the GPU's graphed update uses fused
+@pytest.mark.parametrize(("rnn_type", "backend"), [(None, "auto"), ("lstm", "pad"), ("lstm", "fused")])
+def test_gae_matches_reference(rnn_type, backend):
+    cfg = TorchRLPolicyCfg(
+        rnn_type=rnn_type, rnn_hidden_size=5, actor_hidden_dims=[6], critic_hidden_dims=[6], recurrent_backend=backend
+    )
     interface = EnvInterface(("policy",), OBS, ("policy",), OBS, 2)
     torch.manual_seed(1)
     _, critic = make_models(cfg, interface, "cpu")
