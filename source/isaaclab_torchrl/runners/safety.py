@@ -1,5 +1,6 @@
 """What keeps a training run safe when something goes wrong: a watchdog over the collector workers (a worker
-that dies, a batch that never comes) and the handling of SIGINT/SIGTERM (stop after the current update)."""
+that dies, a batch that never comes), the handling of SIGINT/SIGTERM (stop after the current update) and the update's
+guard against NaN/Inf steps."""
 
 from __future__ import annotations
 
