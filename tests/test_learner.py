@@ -10,6 +10,7 @@ the observation normalisers learn from the batch only after the epochs (the batc
 from before it); and the lag-corrected update (the proximal policy as the reference of the ratio, the clip and the
 KL; advantages weighted by the truncated importance ratio between the proximal and the acting policy)."""
 
+import copy
 import math
 
 import pytest
@@ -231,3 +232,48 @@ def test_a_non_finite_loss_stops_the_update_with_no_step_applied_from_its_miniba
         assert all(torch.equal(p, q) for p, q in zip(_learner_parameters(learner), initial, strict=True))
         assert learner.learning_rate == pytest.approx(LR)
     assert all(bool(torch.isfinite(p).all()) for p in _learner_parameters(learner))
+
+
+def test_an_update_after_a_non_finite_one_applies_its_steps():
+    """The guard's flag starts each update clear: after an update that met a NaN, a finite batch trains."""
+    torch.manual_seed(0)
+    learner = PPO(_cfg("lstm", **SEVERAL_STEPS), INTERFACE, "cpu")
+    bad = _batch("lstm")
+    bad["action"][:] = float("nan")
+    with pytest.raises(NonFiniteError):
+        _update(learner, bad)
+    before = [p.detach().clone() for p in _learner_parameters(learner)]
+
+    _update(learner, _batch("lstm"))
+
+    assert {int(state["step"]) for state in learner.optimizer.state.values()} == {6}
+    assert all(not torch.equal(p, q) for p, q in zip(_learner_parameters(learner), before, strict=True))
+
+
+@pytest.mark.parametrize(
+    "saved_with",
+    [{"fused": False, "capturable": False}, {"fused": True, "capturable": True}],
+    ids=["cpu_before_fused_adam", "gpu"],
+)
+def test_a_checkpoint_resumes_whatever_settings_its_optimizer_was_saved_with(saved_with):
+    """A checkpoint's optimizer was not fused (CPU runs before fused Adam) or was capturable (a GPU run): resumed here,
+    the update steps as the run it continues would have, with this learner's own settings."""
+    torch.manual_seed(0)
+    trained = PPO(_cfg("lstm", **SEVERAL_STEPS), INTERFACE, "cpu")
+    _update(trained, _batch("lstm"))
+    state = copy.deepcopy(trained.state_dict())  # as read from a file: no tensor shared with the trained learner
+    state["optimizer"] = {
+        **state["optimizer"],
+        "param_groups": [{**g, **saved_with} for g in state["optimizer"]["param_groups"]],
+    }
+    resumed = PPO(_cfg("lstm", **SEVERAL_STEPS), INTERFACE, "cpu")
+    resumed.load_state_dict(state)
+    batch = _batch("lstm")
+
+    for learner in (resumed, trained):
+        torch.manual_seed(1)  # the same minibatch split
+        _update(learner, batch.clone())
+
+    assert all(g["fused"] and not g["capturable"] for g in resumed.optimizer.param_groups)
+    for p, q in zip(_learner_parameters(resumed), _learner_parameters(trained), strict=True):
+        torch.testing.assert_close(p, q)

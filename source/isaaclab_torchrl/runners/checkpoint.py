@@ -52,6 +52,24 @@ def load_checkpoint(path: str, map_location: str | torch.device = "cpu", rsl_rl_
     return state
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Loads a checkpoint's optimizer ``state`` into ``optimizer``, which keeps its own settings.
+
+    torch's ``load_state_dict`` takes each parameter group's settings from the checkpoint too: a checkpoint saved by
+    an optimizer that was not fused (this project's CPU runs before fused Adam), or that was capturable (a GPU run)
+    and resumed on a CPU, would change how this one steps, or fail its first step. The settings of how to step stay
+    this optimizer's, and Adam's step counts move to where its step reads them.
+    """
+    optimizer.load_state_dict(state)
+    settings = {key: optimizer.defaults[key] for key in ("fused", "capturable", "foreach") if key in optimizer.defaults}
+    for group in optimizer.param_groups:
+        group.update(settings)
+        for parameter in group["params"]:
+            step = optimizer.state.get(parameter, {}).get("step")
+            if isinstance(step, torch.Tensor) and (group.get("fused") or group.get("capturable")):
+                optimizer.state[parameter]["step"] = step.to(device=parameter.device, dtype=torch.float32)
+
+
 def best_score(path: str) -> float | None:
     """The evaluated mean return stored in the best checkpoint ``path``; ``None`` when there is none (or it cannot be
     read, which is said)."""

@@ -16,6 +16,7 @@ from torchrl.modules import set_recurrent_mode
 from ..action_noise import noise_std
 from ..agents.torchrl_cfg import TorchRLActorCfg, TorchRLDistillationRunnerCfg
 from ..models import CollectionPolicy, EnvInterface, make_actor, observation_normalizers
+from .checkpoint import load_optimizer_state
 from .compilation import tf32_products
 from .rsl_rl_teacher import RSL_RL_ACTOR_KEY, rsl_rl_actor_state
 from .safety import NonFiniteError
@@ -226,7 +227,7 @@ class Distillation:
             if resumes:
                 self.actor.load_state_dict(state["actor"])
                 if optimizer:
-                    self.optimizer.load_state_dict(state["optimizer"])
+                    load_optimizer_state(self.optimizer, state["optimizer"])
         except (RuntimeError, KeyError, ValueError) as exc:
             # load_state_dict's first line is a heading; the next names the first tensor that does not fit
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]

@@ -18,6 +18,7 @@ from ..envs import FINAL_OBS_KEY
 from ..models import CollectionPolicyFactory, EnvInterface, make_collection_policy, make_models, observation_normalizers
 from ..recurrent import ROLLOUT_START_KEY, first_states, slices, state_shapes
 from ..symmetry import Mirror
+from .checkpoint import load_optimizer_state
 from .compilation import GradientStepGraph, compile_losses, tf32_products
 from .distributed import DistributedContext, average, average_gradients, broadcast_state, global_moments
 from .gae import CollectedBatchGAE
@@ -366,11 +367,11 @@ class PPO:
             self.actor.load_state_dict(state["actor"])
             self.critic.load_state_dict(state["critic"])
             if optimizer:
-                self.optimizer.load_state_dict(state["optimizer"])
+                load_optimizer_state(self.optimizer, state["optimizer"])
             if self.rnd is not None and "rnd" in state:
                 self.rnd.load_state_dict(state["rnd"])
                 if optimizer:
-                    self.rnd_optimizer.load_state_dict(state["rnd_optimizer"])
+                    load_optimizer_state(self.rnd_optimizer, state["rnd_optimizer"])
         except (RuntimeError, KeyError, ValueError) as exc:
             raise ValueError(f"different observation/action sizes or networks: {str(exc).splitlines()[0]}") from exc
         if optimizer:

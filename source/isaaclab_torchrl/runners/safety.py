@@ -47,6 +47,8 @@ class SkipNonFiniteSteps:
         self.bad = torch.zeros(len(names), dtype=torch.bool, device=device)
         self.applied = torch.zeros((), dtype=torch.long, device=device)
         for optimizer in optimizers:
+            if not all(group.get("fused") for group in optimizer.param_groups):
+                raise ValueError(f"{type(optimizer).__name__} is not fused: it would not read found_inf")
             optimizer.found_inf = self.found
 
     def reset(self) -> None:
