@@ -15,7 +15,10 @@ step of:
   (``compact_obs``, ``no_cuda_sync`` on a GPU, the storing device, graphed inference), one rollout of
   ``num_steps_per_env`` steps at a time: the worker's loop without the hand-over to the learner; ``bookkeeping`` is
   what it adds to wrapper + inference;
-* ``storage``: copying one rollout to the host (what ``storing_device=cpu`` adds per step, in bulk).
+* ``storage``: copying one rollout to the host (what ``storing_device=cpu`` adds per step, in bulk);
+* ``final_obs_pass``: Isaac Lab's observation computation alone, which ``compute_final_obs`` (set for the critic's
+  true final observations) runs a second time on every step where an episode ends, and ``reset_steps``, the share of
+  the wrapped steps where one did: both steps above include the pass, rsl_rl's collection does not.
 
 ``--op_counts`` counts the tensor operations each part dispatches per env step (torch's, views left out; Warp's
 kernels inside the simulator are not torch's and not counted; the random actions and the observation copies this
@@ -144,6 +147,20 @@ def ops_per_step(step, calls: int, steps_per_call: int, sites: bool, prepare=tup
     return counter.count / steps, by_site
 
 
+def final_obs_pass(gym_env, actions: torch.Tensor, steps: int, synchronize) -> tuple[float, float]:
+    """Milliseconds per call of Isaac Lab's observation computation (the pass ``compute_final_obs`` adds on a step
+    with a reset; a manager-based env's without advancing its history buffers), and the share of ``steps`` raw steps
+    under Gaussian actions in which an episode ended somewhere."""
+    env = gym_env.unwrapped
+    manager = getattr(env, "observation_manager", None)
+    ms = per_step_ms(manager.compute if manager is not None else env._compute_observations, steps, synchronize)
+    resets = torch.zeros((), device=actions.device)
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = gym_env.step(torch.randn_like(actions))
+        resets += (terminated | truncated).any()
+    return ms, float(resets) / steps
+
+
 def main(argv: list[str]) -> int:
     parser = make_train_parser()
     parser.add_argument("--steps", type=int, default=200, help="Env steps timed per part.")
@@ -185,6 +202,7 @@ def main(argv: list[str]) -> int:
         for name, step in parts.items():
             blocks[name].append(per_step_ms(step, max(1, args.steps // ALTERNATIONS), synchronize, warmup=0))
     results.update({name: statistics.median(times) for name, times in blocks.items()})
+    results["final_obs_pass"], results["reset_steps"] = final_obs_pass(gym_env, actions, args.steps, synchronize)
     ops, op_sites = {}, {}
     if args.op_counts:
         steps = {"simulator": gym_env.step, "wrapper": wrapped_step}
@@ -254,7 +272,9 @@ def main(argv: list[str]) -> int:
             print(f"MiB after {part}: " + ", ".join(f"{key} {value:,.0f}" for key, value in use.items()))
     collector.shutdown()
     env.close()
-    print("ms per env step: " + ", ".join(f"{k} {v:.3f}" for k, v in results.items() if isinstance(v, float)))
+    ms = {k: v for k, v in results.items() if isinstance(v, float) and k != "reset_steps"}
+    print("ms per env step: " + ", ".join(f"{k} {v:.3f}" for k, v in ms.items()))
+    print(f"steps with a reset (where final_obs_pass runs again): {results['reset_steps']:.0%}")
     if ops:
         print("tensor operations per env step: " + ", ".join(f"{k} {v:.1f}" for k, v in ops.items()))
     for part, sites in op_sites.items():
