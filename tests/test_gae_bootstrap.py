@@ -68,20 +68,20 @@ def _reference_values(critic, batch, recurrent: bool):
             if batch["is_init"][env, step]:
                 state = None
             if recurrent:
-                lstm = critic.module[0].lstm
+                module = critic.module[0]
+                rnn = module.lstm if hasattr(module, "lstm") else module.gru
+                keys = ["critic_rnn_h", "critic_rnn_c"] if hasattr(module, "lstm") else ["critic_rnn_h"]
                 mlp = critic.module[1].module
                 if state is None:
-                    state = (
-                        (torch.zeros(1, 1, lstm.hidden_size), torch.zeros(1, 1, lstm.hidden_size))
-                        if step or batch["is_init"][env, 0]
-                        else (
-                            batch["critic_rnn_h"][env, 0].view(1, 1, -1),
-                            batch["critic_rnn_c"][env, 0].view(1, 1, -1),
-                        )
+                    fresh = step or batch["is_init"][env, 0]
+                    state = tuple(
+                        torch.zeros(1, 1, rnn.hidden_size) if fresh else batch[key][env, 0].view(1, 1, -1)
+                        for key in keys
                     )
-                out, new_state = lstm(batch["policy"][env, step].view(1, 1, -1), state)
+                    state = state if len(state) == 2 else state[0]
+                out, new_state = rnn(batch["policy"][env, step].view(1, 1, -1), state)
                 values[env, step] = mlp(out.view(1, -1)).squeeze()
-                out_next, _ = lstm(batch["next", "final_obs", "policy"][env, step].view(1, 1, -1), new_state)
+                out_next, _ = rnn(batch["next", "final_obs", "policy"][env, step].view(1, 1, -1), new_state)
                 next_values[env, step] = mlp(out_next.view(1, -1)).squeeze()
                 state = new_state
             else:
@@ -106,7 +106,9 @@ def _reference_gae(batch, values, next_values):
 
 
 # the update's GAE runs the critic with the policy's recurrent backend: the GPU's graphed update uses fused
-@pytest.mark.parametrize(("rnn_type", "backend"), [(None, "auto"), ("lstm", "pad"), ("lstm", "fused")])
+@pytest.mark.parametrize(
+    ("rnn_type", "backend"), [(None, "auto"), ("lstm", "pad"), ("lstm", "fused"), ("gru", "pad"), ("gru", "fused")]
+)
 def test_gae_matches_reference(rnn_type, backend):
     cfg = TorchRLPolicyCfg(
         rnn_type=rnn_type, rnn_hidden_size=5, actor_hidden_dims=[6], critic_hidden_dims=[6], recurrent_backend=backend
@@ -114,7 +116,9 @@ def test_gae_matches_reference(rnn_type, backend):
     interface = EnvInterface(("policy",), OBS, ("policy",), OBS, 2)
     torch.manual_seed(1)
     _, critic = make_models(cfg, interface, "cpu")
-    batch = _batch({"critic_rnn_h": 5, "critic_rnn_c": 5} if rnn_type else {})
+    batch = _batch(
+        {"critic_rnn_h": 5, "critic_rnn_c": 5} if rnn_type == "lstm" else {"critic_rnn_h": 5} if rnn_type else {}
+    )
     gae = CollectedBatchGAE(critic, GAMMA, LAM, ("policy",))
 
     out = gae(batch.clone())

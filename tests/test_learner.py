@@ -216,8 +216,14 @@ def test_a_non_finite_loss_stops_the_update_with_no_step_applied_from_its_miniba
     else:
         batch["action"][2, 4] = float("nan")
     initial = [p.detach().clone() for p in _learner_parameters(learner)]
-    rates = [learner.learning_rate]  # then the learning rate at each optimizer step, skipped ones included
-    learner.optimizer.register_step_post_hook(lambda *_: rates.append(learner.learning_rate))
+    rates = [learner.learning_rate]  # then the learning rate and the parameters at each optimizer step
+    after_steps = []
+
+    def record(*_):
+        rates.append(learner.learning_rate)
+        after_steps.append([p.detach().clone() for p in _learner_parameters(learner)])
+
+    learner.optimizer.register_step_post_hook(record)
 
     with pytest.raises(NonFiniteError, match=r"Non-finite \['surrogate'.*\] in minibatch (\d) \(epoch 1\)") as error:
         _update(learner, batch)
@@ -227,6 +233,9 @@ def test_a_non_finite_loss_stops_the_update_with_no_step_applied_from_its_miniba
     steps = {int(state["step"]) for state in learner.optimizer.state.values()}
     assert steps <= {applied}, f"{applied} steps before the NaN, Adam counted {steps}"
     assert len(rates) == 1 + 6 and set(rates[applied:]) == {rates[applied]}, rates
+    last_applied = after_steps[applied - 1] if applied else initial
+    for skipped in after_steps[applied:]:
+        assert all(torch.equal(p, q) for p, q in zip(skipped, last_applied, strict=True))
     if where == "everywhere":
         assert applied == 0
         assert all(torch.equal(p, q) for p, q in zip(_learner_parameters(learner), initial, strict=True))
