@@ -127,6 +127,17 @@ def test_resume_continues_iterations_optimizer_and_logs(tmp_path):
     std = dict(tags["Policy/mean_std"])
     assert abs(std[21] - std[20]) < abs(std[21] - std[1]), std
 
+    # from an earlier checkpoint of the run: going on in its folder would overwrite model_20.pt and hide the later
+    # iterations' logs, so the run continues in a new folder and leaves that one as it is
+    snapshot = tree_digest(run_dir)
+    earlier = os.path.join(run_dir, "model_10.pt")
+    process = run_script("train.py", [*mlp, "--max_iterations", "1", "--checkpoint", earlier], cwd=tmp_path)
+    assert_ok(process)
+    assert f"{earlier} is iteration 10 of a run that went on to iteration 25" in process.stdout
+    assert tree_digest(run_dir) == snapshot
+    (new_run,) = set(run_dirs(tmp_path, "cartpole_direct")) - {run_dir}
+    assert sorted(f for f in os.listdir(new_run) if f.endswith(".pt")) == ["model_11.pt"]
+
 
 @pytest.mark.parametrize("case", ["missing run", "truncated checkpoint", "other networks"])
 def test_bad_checkpoints_fail_cleanly_and_change_nothing(trained_lstm_run, tmp_path, case):

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from datetime import datetime
 
 LOG_ROOT = os.path.join("logs", "torchrl")
 """The folder of every experiment, relative to the working directory (Isaac Lab's ``logs/<library>``)."""
+
+
+CHECKPOINT_NAME = re.compile(r"model_(\d+)\.pt")
+"""An iteration's checkpoint in a run folder."""
 
 
 class RunFolderError(OSError):
@@ -27,11 +32,21 @@ def new_run_dir(experiment_name: str, run_name: str = "", timestamp: str | None 
     return os.path.join(experiment_root(experiment_name), name)
 
 
-def resumed_run_dir(checkpoint: str, experiment_name: str) -> str | None:
-    """The run folder a resumed run goes on in: the checkpoint's own, when it is a run folder of this experiment;
-    ``None`` (a new run folder) for a checkpoint from elsewhere (another experiment, a download)."""
+def resumed_run_dir(checkpoint: str, experiment_name: str, iteration: int | None = None) -> str | None:
+    """The run folder a resumed run goes on in: the checkpoint's own, when it is a run folder of this experiment and
+    holds no checkpoint of a later iteration than ``iteration`` (the checkpoint's); ``None`` (a new run folder) for a
+    checkpoint from elsewhere (another experiment, a download), and for an earlier checkpoint of a run, whose later
+    ones going on in its folder would overwrite."""
     run_dir = os.path.dirname(os.path.abspath(checkpoint))
-    return run_dir if os.path.dirname(run_dir) == experiment_root(experiment_name) else None
+    if os.path.dirname(run_dir) != experiment_root(experiment_name):
+        return None
+    return None if iteration is not None and later_checkpoints(run_dir, iteration) else run_dir
+
+
+def later_checkpoints(run_dir: str, iteration: int) -> list[int]:
+    """The iterations after ``iteration`` that ``run_dir`` holds a checkpoint (``model_<N>.pt``) of, in order."""
+    matches = (CHECKPOINT_NAME.fullmatch(name) for name in os.listdir(run_dir))
+    return sorted(n for match in matches if match and (n := int(match[1])) > iteration)
 
 
 def create_run_dir(run_dir: str) -> None:

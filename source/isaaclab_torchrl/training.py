@@ -45,7 +45,7 @@ from .runners.distillation import teacher_only
 from .runners.distributed import DistributedContext, init_distributed, parameter_checksum
 from .runners.on_policy_runner import TrackerStartError
 from .runners.safety import NonFiniteError, WorkerFailure
-from .runs import RunFolderError, create_run_dir, experiment_root, new_run_dir, resumed_run_dir
+from .runs import RunFolderError, create_run_dir, experiment_root, later_checkpoints, new_run_dir, resumed_run_dir
 from .symmetry import SymmetryError
 
 
@@ -150,7 +150,18 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
     if run.distributed is None or run.distributed.is_main:  # only rank 0 writes
         # a resumed run goes on in its own folder, with its TensorBoard step axis; a distillation run that takes its
         # teacher from a PPO checkpoint is a new run
-        resumed = run.checkpoint and not run.teacher_only and resumed_run_dir(run.checkpoint, agent_cfg.experiment_name)
+        resumed = None
+        if run.checkpoint and not run.teacher_only:
+            iteration = state.get("iteration")
+            own = resumed_run_dir(run.checkpoint, agent_cfg.experiment_name)
+            resumed = resumed_run_dir(run.checkpoint, agent_cfg.experiment_name, iteration)
+            if own and not resumed:
+                print(
+                    f"[torchrl] {run.checkpoint} is iteration {iteration} of a run that went on to iteration "
+                    f"{later_checkpoints(own, iteration)[-1]}: continuing in a new run folder, which leaves that run's "
+                    "checkpoints as they are",
+                    flush=True,
+                )
         run.log_dir = resumed or new_run_dir(agent_cfg.experiment_name, agent_cfg.run_name, args.run_timestamp)
         if args.video:
             record_training_video(env_cfg, run.log_dir, args)
