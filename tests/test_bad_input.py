@@ -57,8 +57,44 @@ CASES = {
         "agent.policy.critic_class_name 'nowhere:Nothing' is not an importable 'module:Class'",
     ),
     "more minibatches than trajectory slices": (
-        ["--task", "Isaac-Cartpole-Direct", "--num_envs", "8", "agent.algorithm.num_mini_batches=16"],
+        [
+            "--task",
+            "Isaac-Cartpole-Direct",
+            "--agent",
+            "torchrl_lstm",
+            "--num_envs",
+            "8",
+            "agent.algorithm.num_mini_batches=16",
+        ],
         "agent.algorithm.num_mini_batches (16) must be between 1 and the 8 trajectory slices",
+    ),
+    "more minibatches than steps": (
+        ["--task", "Isaac-Cartpole-Direct", "--num_envs", "2", "agent.algorithm.num_mini_batches=64"],
+        "agent.algorithm.num_mini_batches (64) must be between 1 and the 32 steps of a batch",
+    ),
+    "a count that is not a whole number": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.save_interval=2.5"],
+        "Values of the wrong type: agent.save_interval=2.5 (expected int)",
+    ),
+    "a word for a number": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.algorithm.learning_rate=abc"],
+        "Values of the wrong type: agent.algorithm.learning_rate='abc' (expected float)",
+    ),
+    "an override outside env and agent": (
+        ["--task", "Isaac-Cartpole-Direct", "algorithm.learning_rate=3e-4"],
+        "(did you mean agent.algorithm.learning_rate?)",
+    ),
+    "an override without a value": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.seed"],
+        "write it as agent.seed=<value>",
+    ),
+    "the device as an override": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.device=cuda:1"],
+        "the simulation's device, set by --device",
+    ),
+    "a run pattern that is not a regular expression": (
+        ["--task", "Isaac-Cartpole-Direct", "--resume", "--load_run", "["],
+        "'[' (--load_run or --checkpoint) is not a regular expression",
     ),
     "device that does not exist": (
         ["--task", "Isaac-Cartpole-Direct", "--train_device", "cuda:3"],

@@ -67,3 +67,18 @@ def test_a_run_with_only_a_best_checkpoint(tmp_path):
 def test_pretrained_is_refused_in_one_line(tmp_path):
     with pytest.raises(UsageError, match="--checkpoint pretrained is not supported"):
         checkpoint_path(str(tmp_path), "pretrained", ".*")
+
+
+def test_run_patterns_match_the_start_of_a_name_as_isaac_labs(tmp_path):
+    """Isaac Lab's ``get_checkpoint_path`` matches ``--load_run`` and file patterns with ``re.match``."""
+    root = make_runs(tmp_path, {"2026-01-01_00-00-00_try1": ["model_5.pt"], "2026-01-02_00-00-00": ["model_7.pt"]})
+    expected = os.path.join(root, "2026-01-01_00-00-00_try1", "model_5.pt")
+    assert resolve_checkpoint(root, "latest", load_run="2026-01-01_00-00-00") == expected
+    assert resolve_checkpoint(root, "model_5", load_run="2026-01-01") == expected
+
+
+@pytest.mark.parametrize(("checkpoint", "load_run"), [(None, "["), ("model_[0-9.pt", ".*")])
+def test_a_pattern_that_is_not_a_regular_expression_is_refused_in_one_line(tmp_path, checkpoint, load_run):
+    root = make_runs(tmp_path, {"run": ["model_1.pt"]})
+    with pytest.raises(UsageError, match=r"is not a regular expression"):
+        checkpoint_path(root, checkpoint, load_run)

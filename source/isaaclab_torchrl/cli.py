@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 import gymnasium as gym
@@ -22,6 +23,11 @@ from .offline_assets import AssetRootError, check_asset_server, use_available_ac
 from .runs import LOG_ROOT
 
 PRESET_SELECTORS = ("physics", "renderer", "presets")
+DEVICE_FIELDS = {
+    "agent.device": "the simulation's device, set by --device; the learner's is --train_device (agent.train_device).",
+    "env.sim.device": "the simulation's device is set by --device (the learner's by --train_device).",
+}
+"""Fields that the command line sets, whatever an override says."""
 
 
 class UsageError(Exception):
@@ -190,9 +196,12 @@ def checkpoint_path(log_root: str, checkpoint: str | None, load_run: str) -> str
                 f"Cannot fetch the W&B checkpoint {checkpoint!r}: {type(exc).__name__}: {message}"
             ) from None
     try:
+        re.compile(load_run)  # before looking for runs: a bad pattern is bad input wherever the logs are
         return resolve_checkpoint(log_root, checkpoint or "latest", load_run)
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    except re.error as exc:
+        raise UsageError(f"{exc.pattern!r} (--load_run or --checkpoint) is not a regular expression: {exc}.") from None
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -277,20 +286,37 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
 
 
 def check_override_paths(hydra_args: list[str], **roots) -> None:
-    """Rejects ``env.*`` / ``agent.*`` overrides that name no existing field of the given configs."""
+    """Rejects an override that is not ``key=value``, names no ``env.*`` / ``agent.*`` field of the given configs
+    (or a preset selector), in one line where Hydra would print its own error and exit."""
     for override in hydra_args:
-        path = override.split("=", 1)[0]
+        path = override.split("=", 1)[0].lstrip("+~")
         root_name, _, field_path = path.partition(".")
-        if "=" not in override or root_name not in roots:
+        if "=" not in override and not override.startswith("~"):
+            raise UsageError(f"Invalid configuration override {override!r}: write it as {override}=<value>.")
+        if root_name in PRESET_SELECTORS:
             continue
-        node = roots[root_name]
-        for name in field_path.split("."):
-            if isinstance(node, dict) and name in node:
-                node = node[name]
-            elif not isinstance(node, dict) and hasattr(node, name):
-                node = getattr(node, name)
-            else:
-                raise UsageError(f"Invalid configuration override {override!r}: {path} is not a field of the config.")
+        if path in DEVICE_FIELDS:
+            raise UsageError(f"Invalid configuration override {override!r}: {DEVICE_FIELDS[path]}")
+        if root_name not in roots:
+            known = [name for name, cfg in roots.items() if _has_path(cfg, path.split("."))]
+            hint = f" (did you mean {known[0]}.{path}?)" if known else ""
+            raise UsageError(
+                f"Invalid configuration override {override!r}: an override sets a field under "
+                f"{' or '.join(f'{name}.' for name in roots)}, or selects {', '.join(PRESET_SELECTORS)}{hint}."
+            )
+        if not _has_path(roots[root_name], field_path.split(".")):
+            raise UsageError(f"Invalid configuration override {override!r}: {path} is not a field of the config.")
+
+
+def _has_path(node, names: list[str]) -> bool:
+    for name in names:
+        if isinstance(node, dict) and name in node:
+            node = node[name]
+        elif not isinstance(node, dict) and hasattr(node, name):
+            node = getattr(node, name)
+        else:
+            return False
+    return True
 
 
 def launcher_args(args: argparse.Namespace) -> dict:

@@ -216,7 +216,7 @@ class TorchRLPpoCfg:
     """Minibatches per epoch; each holds whole per-environment trajectory slices of ``num_steps_per_env`` steps."""
     clip_param: float = 0.2
     use_clipped_value_loss: bool = True
-    entropy_coef: float = 0.0
+    entropy_coef: float = 0.01
     value_loss_coef: float = 1.0
     learning_rate: float = MISSING
     schedule: str = "adaptive"

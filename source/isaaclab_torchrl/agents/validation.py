@@ -7,7 +7,6 @@ workers and ``--print_config`` see. :func:`validate_policy_cfg` checks the netwo
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import netrc
@@ -15,6 +14,7 @@ import os
 
 import torch
 
+from .fields import mistyped_fields, unset_fields
 from .torchrl_cfg import (
     ACTIVATIONS,
     CNN_ACTIVATIONS,
@@ -44,26 +44,18 @@ class ConfigError(ValueError):
     """A config value that cannot train; the message names the field and what it may be."""
 
 
-def unset_fields(cfg, path: str = "agent") -> list[str]:
-    """The dotted paths of the fields of ``cfg`` (and of the configs inside it) that are still ``MISSING``."""
-    unset = []
-    for field in dataclasses.fields(cfg):
-        value = getattr(cfg, field.name, dataclasses.MISSING)
-        if isinstance(value, type(dataclasses.MISSING)):  # configclass copies the MISSING default
-            unset.append(f"{path}.{field.name}")
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            unset += unset_fields(value, f"{path}.{field.name}")
-    return unset
-
-
 def check_required_fields(agent_cfg: TorchRLRunnerCfg) -> None:
-    """Rejects an agent config that leaves required fields unset (as rsl_rl's configs, these have no default)."""
+    """Rejects an agent config that leaves required fields unset (as rsl_rl's configs, these have no default), or
+    gives a number, flag or name a value of another type."""
     unset = unset_fields(agent_cfg)
     if unset:
         raise ConfigError(
             f"The agent config {type(agent_cfg).__name__} leaves required fields unset: {', '.join(unset)}; set them "
             "in the config (a whole section such as agent.policy as a TorchRLPolicyCfg) or on the command line."
         )
+    mistyped = mistyped_fields(agent_cfg)
+    if mistyped:
+        raise ConfigError(f"Values of the wrong type: {'; '.join(mistyped)}.")
 
 
 def check_device(name: str, option: str) -> None:
@@ -257,12 +249,17 @@ def _check_ppo(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         raise ConfigError(
             f"agent.obs_groups has entries {unknown_sets}; only 'actor', 'critic' and 'rnd_state' are read."
         )
-    # one update learns from every environment's rollout, in both collection modes
-    if not 1 <= algo.num_mini_batches <= num_envs:
+    # a recurrent policy's minibatches hold whole environments' rollouts, an MLP's single steps (as rsl_rl's)
+    recurrent = agent_cfg.policy.rnn_type is not None
+    parts = num_envs if recurrent else num_envs * agent_cfg.num_steps_per_env
+    if not 1 <= algo.num_mini_batches <= parts:
+        what = "trajectory slices (environments)" if recurrent else "steps"
         raise ConfigError(
-            f"agent.algorithm.num_mini_batches ({algo.num_mini_batches}) must be between 1 and the "
-            f"{num_envs} trajectory slices (environments) of a batch."
+            f"agent.algorithm.num_mini_batches ({algo.num_mini_batches}) must be between 1 and the {parts} {what} of a "
+            "batch."
         )
+    if algo.max_grad_norm is None or algo.max_grad_norm <= 0:
+        raise ConfigError(f"agent.algorithm.max_grad_norm must be > 0, got {algo.max_grad_norm}.")
 
 
 def check_tracker(logger: str) -> None:
@@ -344,7 +341,8 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
         check_device(agent_cfg.train_device, "--train_device")
     if collector.num_collectors < 1:
         raise ConfigError(f"num_collectors must be >= 1, got {collector.num_collectors}.")
-    if num_envs < 1 or num_envs % collector.num_collectors:
+    whole = isinstance(num_envs, int) and not isinstance(num_envs, bool)
+    if not whole or num_envs < 1 or num_envs % collector.num_collectors:
         raise ConfigError(
             f"num_envs ({num_envs}) must be a positive multiple of num_collectors ({collector.num_collectors})."
         )

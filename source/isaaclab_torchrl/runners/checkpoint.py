@@ -91,7 +91,7 @@ def _matches(checkpoint: str, name: str) -> bool:
     own name (``model_.*.pt`` does not pick it)."""
     if name == BEST_CHECKPOINT and checkpoint not in (BEST_CHECKPOINT, re.escape(BEST_CHECKPOINT)):
         return False
-    return re.fullmatch(checkpoint, name) is not None
+    return re.match(checkpoint, name) is not None
 
 
 def last_checkpoint_in(run_dir: str, checkpoint: str = MODEL_PATTERN) -> str:
@@ -129,7 +129,7 @@ def _newest_run_with(log_root: str, load_run: str, checkpoint: str, best: bool =
     if not os.path.isdir(log_root):
         raise FileNotFoundError(f"No runs: the log folder {log_root} does not exist.")
     found = sorted(name for name in os.listdir(log_root) if os.path.isdir(os.path.join(log_root, name)))
-    runs = sorted((name for name in found if re.fullmatch(load_run, name)), key=_natural_key)
+    runs = sorted((name for name in found if re.match(load_run, name)), key=_natural_key)
     if not runs:
         raise FileNotFoundError(f"No run matching {load_run!r} in {log_root} (found: {', '.join(found) or 'nothing'}).")
     for run in reversed(runs):
