@@ -88,6 +88,10 @@ CASES = {
         ["--task", "Isaac-Cartpole-Direct", "agent.seed"],
         "write it as agent.seed=<value>",
     ),
+    "a storing device that is not a device": (
+        ["--task", "Isaac-Cartpole-Direct", "agent.collector.storing_device=gpu0"],
+        "agent.collector.storing_device 'gpu0' is not a device",
+    ),
     "the device as an override": (
         ["--task", "Isaac-Cartpole-Direct", "agent.device=cuda:1"],
         "the simulation's device, set by --device",

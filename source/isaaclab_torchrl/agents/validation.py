@@ -339,6 +339,8 @@ def validate_agent_cfg(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
     check_tracker(agent_cfg.logger)
     if agent_cfg.train_device is not None:
         check_device(agent_cfg.train_device, "--train_device")
+    if collector.storing_device is not None:
+        check_device(collector.storing_device, "agent.collector.storing_device")
     if collector.num_collectors < 1:
         raise ConfigError(f"num_collectors must be >= 1, got {collector.num_collectors}.")
     whole = isinstance(num_envs, int) and not isinstance(num_envs, bool)
