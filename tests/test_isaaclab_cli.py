@@ -247,3 +247,16 @@ def test_isaaclab_arguments_that_cannot_apply_are_one_line(workdir, args, messag
     errors = [line for line in process.stderr.splitlines() if line.startswith("[torchrl] error:")]
     assert len(errors) == 1 and message in errors[0], process.stderr[-3000:]
     assert not os.path.exists(os.path.join(workdir, "logs")), "nothing may be written"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_is_requested_on_the_physics_config_as_isaac_labs_trainers_do(deterministic):
+    """Isaac Lab's trainers record ``--deterministic`` on the physics config (``apply_env_overrides``); each worker
+    then asks Warp for it before building its env (``envs.IsaacLabEnvFactory``)."""
+    from isaaclab_torchrl.training import resolve_configs
+
+    argv = ["--task", "Isaac-Cartpole-Direct", "--device", "cpu", "physics=newton_mjwarp"]
+    args, hydra_args = parse_args(make_train_parser(), argv + (["--deterministic"] if deterministic else []))
+    env_cfg, _ = resolve_configs(args, hydra_args)
+    assert env_cfg.sim.physics.deterministic is deterministic

@@ -276,6 +276,10 @@ def resolve_task(args: argparse.Namespace, hydra_args: list[str], play_mode: boo
         raise UsageError(str(exc)) from None
     env_cfg.sim.device = args.device
     agent_cfg.device = args.device
+    physics = getattr(env_cfg.sim, "physics", None)
+    if getattr(args, "deterministic", False) and physics is not None:
+        # Isaac Lab's request (its trainers' apply_env_overrides); each worker asks Warp for it before its env
+        physics.deterministic = True
     if args.num_envs is not None:
         env_cfg.scene.num_envs = args.num_envs
     if args.seed is not None:

@@ -211,9 +211,8 @@ def resolve_obs_groups(obs_groups: dict | None, space) -> dict[str, list[str]]:
 class IsaacLabEnvFactory:
     """Builds one Isaac Lab environment, wrapped for torchrl, inside the calling process.
 
-    It is what the collectors' ``create_env_fn`` receives: it pickles into the collector subprocesses,
-    starts the simulation runtime there (nothing for kitless Newton; Kit when the config needs it) and keeps
-    it alive with the environment.
+    It is what the collectors' ``create_env_fn`` receives: it pickles into the collector subprocesses, starts the
+    simulation runtime there (nothing for kitless Newton; Kit when the config needs it) and keeps it alive.
 
     Args:
         task: Gym id of the task.
@@ -252,8 +251,7 @@ class IsaacLabEnvFactory:
         self.obs_groups = obs_groups
         self.random_episode_start = random_episode_start
         self.expected_interface: EnvInterface | None = None
-        """The sizes the worker's policy is built for, checked against the environment (set by
-        :func:`isaaclab_torchrl.interfaces.read_env_interface`)."""
+        """The sizes the worker's policy is built for, checked against the env (set by ``read_env_interface``)."""
         self.interface_cache_file: str | None = None
         """Where :attr:`expected_interface` was remembered; removed if the environment disagrees."""
 
@@ -263,13 +261,13 @@ class IsaacLabEnvFactory:
         from isaaclab.app import launch_simulation
         from isaaclab.cli import load_external_tasks
         from isaaclab.envs import DirectMARLEnvCfg, multi_agent_to_single_agent
+        from isaaclab.utils.string import string_to_callable
+        from isaaclab_rl.entrypoints.common import request_warp_determinism
 
         from .offline_assets import use_offline_assets
 
         load_external_tasks()  # the tasks of installed packages, as `isaaclab train` finds them
         if self.external_callback:
-            from isaaclab.utils.string import string_to_callable
-
             string_to_callable(self.external_callback, separator=".")()
         env_cfg = self.env_cfg
         use_offline_assets(env_cfg)
@@ -277,6 +275,8 @@ class IsaacLabEnvFactory:
         env_cfg.seed = self.seed
         # Isaac Lab then returns the true final observation of done environments in extras["final_obs"]
         env_cfg.compute_final_obs = True
+        if getattr(env_cfg.sim.physics, "deterministic", False):  # --deterministic: Warp's too, before the build
+            request_warp_determinism(env_cfg.sim.physics)
         simulation = launch_simulation(env_cfg, dict(self.launcher_args))
         simulation.__enter__()
         env = gym.make(self.task, cfg=env_cfg)
