@@ -1,6 +1,7 @@
 """Bad command-line input: a clear one-line error, a non-zero exit, and nothing written."""
 
 import os
+import re
 
 import pytest
 
@@ -204,6 +205,24 @@ def test_incompatible_speed_options_are_rejected(case):
     agent_cfg.policy.recurrent_backend = "auto"
     agent_cfg.speed = "auto"
     validate_agent_cfg(agent_cfg, num_envs=64)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("algorithm.gamma", 1.5, "agent.algorithm.gamma must be between 0 and 1, got 1.5"),
+        ("algorithm.lam", -0.1, "agent.algorithm.lam must be between 0 and 1, got -0.1"),
+        ("algorithm.max_grad_norm", -1.0, "agent.algorithm.max_grad_norm must be > 0, got -1.0"),
+        ("clip_actions", 0.0, "agent.clip_actions must be > 0 or null, got 0.0"),
+    ],
+)
+def test_values_out_of_their_range_are_rejected(field, value, message):
+    agent_cfg = ported_agent("Isaac-Cartpole-Direct", False)
+    validate_agent_cfg(agent_cfg, num_envs=64)
+    set_fields(agent_cfg, {field: value})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate_agent_cfg(agent_cfg, num_envs=64)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

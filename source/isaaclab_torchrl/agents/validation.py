@@ -258,8 +258,13 @@ def _check_ppo(agent_cfg: TorchRLRunnerCfg, num_envs: int) -> None:
             f"agent.algorithm.num_mini_batches ({algo.num_mini_batches}) must be between 1 and the {parts} {what} of a "
             "batch."
         )
-    if algo.max_grad_norm is None or algo.max_grad_norm <= 0:
+    if algo.max_grad_norm <= 0:
         raise ConfigError(f"agent.algorithm.max_grad_norm must be > 0, got {algo.max_grad_norm}.")
+    for name in ("gamma", "lam"):
+        if not 0 <= getattr(algo, name) <= 1:
+            raise ConfigError(f"agent.algorithm.{name} must be between 0 and 1, got {getattr(algo, name)}.")
+    if agent_cfg.clip_actions is not None and agent_cfg.clip_actions <= 0:
+        raise ConfigError(f"agent.clip_actions must be > 0 or null, got {agent_cfg.clip_actions}.")
 
 
 def check_tracker(logger: str) -> None:
