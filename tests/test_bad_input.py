@@ -238,6 +238,19 @@ def test_bad_input_is_rejected_cleanly(workdir, case):
     assert not os.path.exists(os.path.join(workdir, "logs")), "nothing may be written"
 
 
+def test_a_new_run_is_refused_a_folder_that_holds_another_runs_checkpoints(workdir):
+    """Two runs of the same timestamp and name (``--run_timestamp``): the second would overwrite the first's."""
+    folder = os.path.join(workdir, "logs", "torchrl", "cartpole_direct", "2026-01-01_00-00-00")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "model_1.pt"), "wb") as file:
+        file.write(b"the first run's")
+    args = ["--task", "Isaac-Cartpole-Direct", "--run_timestamp", "2026-01-01_00-00-00", "--max_iterations", "1"]
+    process = run_script("train.py", [*args, *CPU_ARGS], cwd=workdir, timeout=300)
+    assert process.returncode == 2, process.stderr[-3000:]
+    assert f"[torchrl] error: The run folder {folder} holds another run's checkpoints" in process.stderr
+    assert os.listdir(folder) == ["model_1.pt"]
+
+
 def test_unwritable_log_directory_is_rejected_before_the_simulation(workdir):
     with open(os.path.join(workdir, "logs"), "w") as file:  # a file where the log folder must go
         file.write("not a folder")

@@ -163,6 +163,11 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
                     flush=True,
                 )
         run.log_dir = resumed or new_run_dir(agent_cfg.experiment_name, agent_cfg.run_name, args.run_timestamp)
+        if not resumed and os.path.isdir(run.log_dir) and later_checkpoints(run.log_dir, -1):
+            raise UsageError(
+                f"The run folder {run.log_dir} holds another run's checkpoints: give the new run its own "
+                "(--run_name, --run_timestamp), or continue that one (--resume --load_run)."
+            )
         if args.video:
             record_training_video(env_cfg, run.log_dir, args)
             if run.eval_env_cfg is not None:
