@@ -157,7 +157,10 @@ def check_isaaclab_args(args: argparse.Namespace, train: bool) -> None:
     if args.frontend != "torch":
         raise UsageError(f"--frontend {args.frontend} is not supported by the torchrl runner; use --frontend torch.")
     if getattr(args, "capture_env_sensors", 0) > 0:
-        raise UsageError("--capture_env_sensors is not supported: the torchrl runner does not train image tasks yet.")
+        raise UsageError(
+            "--capture_env_sensors is not supported: the torchrl runner's simulations run in its collector workers, "
+            "which record no sensor data."
+        )
     if getattr(args, "export_io_descriptors", False):
         print("[torchrl] warning: --export_io_descriptors is deprecated in Isaac Lab and does nothing here.")
     if getattr(args, "disable_fabric", False):
