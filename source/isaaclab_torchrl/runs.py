@@ -32,15 +32,11 @@ def new_run_dir(experiment_name: str, run_name: str = "", timestamp: str | None 
     return os.path.join(experiment_root(experiment_name), name)
 
 
-def resumed_run_dir(checkpoint: str, experiment_name: str, iteration: int | None = None) -> str | None:
-    """The run folder a resumed run goes on in: the checkpoint's own, when it is a run folder of this experiment and
-    holds no checkpoint of a later iteration than ``iteration`` (the checkpoint's); ``None`` (a new run folder) for a
-    checkpoint from elsewhere (another experiment, a download), and for an earlier checkpoint of a run, whose later
-    ones going on in its folder would overwrite."""
+def resumed_run_dir(checkpoint: str, experiment_name: str) -> str | None:
+    """The run folder a resumed run goes on in: the checkpoint's own, when it is a run folder of this experiment;
+    ``None`` (a new run folder) for a checkpoint from elsewhere (another experiment, a download)."""
     run_dir = os.path.dirname(os.path.abspath(checkpoint))
-    if os.path.dirname(run_dir) != experiment_root(experiment_name):
-        return None
-    return None if iteration is not None and later_checkpoints(run_dir, iteration) else run_dir
+    return run_dir if os.path.dirname(run_dir) == experiment_root(experiment_name) else None
 
 
 def later_checkpoints(run_dir: str, iteration: int) -> list[int]:

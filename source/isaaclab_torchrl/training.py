@@ -150,18 +150,17 @@ def prepare(args: argparse.Namespace, hydra_args: list[str]) -> TrainingRun:
     if run.distributed is None or run.distributed.is_main:  # only rank 0 writes
         # a resumed run goes on in its own folder, with its TensorBoard step axis; a distillation run that takes its
         # teacher from a PPO checkpoint is a new run
-        resumed = None
-        if run.checkpoint and not run.teacher_only:
-            iteration = state.get("iteration")
-            own = resumed_run_dir(run.checkpoint, agent_cfg.experiment_name)
-            resumed = resumed_run_dir(run.checkpoint, agent_cfg.experiment_name, iteration)
-            if own and not resumed:
-                print(
-                    f"[torchrl] {run.checkpoint} is iteration {iteration} of a run that went on to iteration "
-                    f"{later_checkpoints(own, iteration)[-1]}: continuing in a new run folder, which leaves that run's "
-                    "checkpoints as they are",
-                    flush=True,
-                )
+        # an earlier checkpoint of a run goes on in a new folder: in its own it would overwrite the later ones
+        resumed = run.checkpoint and not run.teacher_only and resumed_run_dir(run.checkpoint, agent_cfg.experiment_name)
+        iteration = state.get("iteration") if resumed else None
+        later = later_checkpoints(resumed, iteration) if iteration is not None else []
+        if later:
+            print(
+                f"[torchrl] {run.checkpoint} is iteration {iteration} of a run that went on to iteration {later[-1]}: "
+                "continuing in a new run folder, which leaves that run's checkpoints as they are",
+                flush=True,
+            )
+            resumed = None
         run.log_dir = resumed or new_run_dir(agent_cfg.experiment_name, agent_cfg.run_name, args.run_timestamp)
         if not resumed and os.path.isdir(run.log_dir) and later_checkpoints(run.log_dir, -1):
             raise UsageError(
