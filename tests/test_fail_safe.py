@@ -174,3 +174,10 @@ def test_nan_rewards_stop_training_and_keep_the_parameters_from_before(workdir):
     state = torch.load(os.path.join(run_dir, "model_2.pt"), weights_only=True)
     assert state["iteration"] == 2
     assert all(bool(torch.isfinite(value).all()) for value in state["actor"].values() if value.is_floating_point())
+
+
+def test_a_task_that_drops_isaac_labs_final_observations_stops_training(workdir):
+    args = ["--task", "extras_cartpole:Isaac-Cartpole-Extras-Test", "--num_envs", "16", *CPU_ARGS]
+    process = run_script("train.py", [*args, "--max_iterations", "5"], workdir, extra_env=tasks_env())
+    assert process.returncode == 1, process.stdout[-2000:] + process.stderr[-3000:]
+    assert "Episodes ended without Isaac Lab's extras['final_obs']" in process.stderr, process.stderr[-3000:]

@@ -59,12 +59,12 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         none for a distillation run, which has no critic."""
         self.random_episode_start = random_episode_start
         self.finite_horizon = getattr(self.unwrapped.cfg, "is_finite_horizon", False)
+        self._final_obs_seen = False
         # torchrl's native auto-reset (the flag its own IsaacLabWrapper(native_autoreset=True) sets): a step's done
         # environments are not reset again by a reset call (nor its host syncs), their next observations start the
         # new episodes, and the transforms and the episode-start flag are reset from the done mask
         self._torchrl_native_autoreset = True
-        # the first reset tells which episode terms the task logs (Isaac Lab fills extras["log"] on resets) and
-        # the observations' dtypes
+        # the first reset tells the task's episode terms (Isaac Lab fills extras["log"] on resets) and obs dtypes
         obs, _ = self.env.reset()
         self._declare_observation_dtypes(obs)
         spec = self.observation_spec.clone()
@@ -124,6 +124,12 @@ class IsaacLabEnv(IsaacLabTorchRLWrapper):
         step, their next observations stay the new episodes' first ones (torchrl's native auto-reset carries them to
         the next step), and ``extras["final_obs"]``, refreshed on steps with resets, is read where done only."""
         final_obs, done = extras.get("final_obs", obs), done.reshape(self.batch_size)
+        self._final_obs_seen |= final_obs is not obs
+        if not self._final_obs_seen and bool(done.any()):  # until the first ones came (Isaac Lab syncs on resets)
+            raise RuntimeError(
+                "Episodes ended without Isaac Lab's extras['final_obs'], which the critic's bootstrap needs: the task "
+                "replaces env.extras where it should update it."
+            )
         final = {
             key: torch.where(expand_as_right(done, obs[key]), final_obs[key], obs[key]) for key in self.next_obs_keys
         }
@@ -240,16 +246,10 @@ class IsaacLabEnvFactory:
         external_callback: str | None = None,
         symmetry_function=None,
     ):
-        self.task = task
-        self.symmetry_function = symmetry_function
-        self.external_callback = external_callback
-        self.env_cfg = env_cfg
-        self.launcher_args = launcher_args
-        self.num_envs = num_envs
-        self.seed = seed
-        self.clip_actions = clip_actions
-        self.obs_groups = obs_groups
-        self.random_episode_start = random_episode_start
+        self.task, self.env_cfg, self.launcher_args = task, env_cfg, launcher_args
+        self.num_envs, self.seed, self.clip_actions = num_envs, seed, clip_actions
+        self.obs_groups, self.random_episode_start = obs_groups, random_episode_start
+        self.external_callback, self.symmetry_function = external_callback, symmetry_function
         self.expected_interface: EnvInterface | None = None
         """The sizes the worker's policy is built for, checked against the env (set by ``read_env_interface``)."""
         self.interface_cache_file: str | None = None
