@@ -13,6 +13,7 @@ from tensordict import TensorDict
 from isaaclab_torchrl.agents.torchrl_cfg import TorchRLRndCfg, TorchRLRndWeightScheduleCfg
 from isaaclab_torchrl.runners import PPO
 from isaaclab_torchrl.runners.rnd import RandomNetworkDistillation
+from isaaclab_torchrl.runners.safety import NonFiniteError
 from ppo_reference import INTERFACE, ONE_STEP, SEED, _batch, _cfg, _update
 
 ENVS, STEPS, SIZE, STEP_DT = 5, 7, 3, 0.02
@@ -116,6 +117,27 @@ def test_the_update_adds_the_intrinsic_reward_and_trains_the_predictor_with_its_
     for ours, theirs in zip(learner.rnd.predictor.parameters(), predictor.parameters(), strict=True):
         torch.testing.assert_close(ours, theirs)
     assert stats["rnd"] > 0
+
+
+@pytest.mark.fast
+def test_a_non_finite_predictor_gradient_stops_the_update_before_any_step():
+    """The predictor's gradient is part of what the NaN guard checks, not only its loss: a NaN that appears in its
+    backward pass alone (the losses finite) stops the update with neither the policy nor the predictor stepped."""
+    torch.manual_seed(0)
+    cfg = _cfg(None, **ONE_STEP)
+    cfg.algorithm.rnd_cfg = TorchRLRndCfg(weight=1.0, learning_rate=0.01)
+    interface = INTERFACE.__class__(
+        **{**INTERFACE.__dict__, "rnd_obs_keys": ("policy",), "rnd_obs_dim": 3, "step_dt": STEP_DT}
+    )
+    learner = PPO(cfg, interface, "cpu")
+    parameters = [*learner.loss.parameters(), *learner.rnd.predictor.parameters()]
+    before = [p.detach().clone() for p in parameters]
+    next(learner.rnd.predictor.parameters()).register_hook(lambda grad: grad * float("nan"))
+
+    with pytest.raises(NonFiniteError, match=r"Non-finite \['grad_norm'\] in minibatch 1"):
+        _update(learner, _batch(None))
+
+    assert all(torch.equal(p, q) for p, q in zip(parameters, before, strict=True))
 
 
 @pytest.mark.fast

@@ -279,12 +279,15 @@ class PPO:
 
     def _average_and_clip_gradients(self) -> torch.Tensor:
         """Averages the gradients over the ranks (with several), clips the actor's and the critic's gradient norms
-        each to ``max_grad_norm`` (rsl_rl's rule); returns the norm of all gradients before the clipping."""
+        each to ``max_grad_norm`` (rsl_rl's rule); returns the norm of all gradients before the clipping, RND's
+        predictor's (unclipped, as in rsl_rl) included, which the NaN guard reads."""
         if self.distributed is not None:
             with self._communication():
                 average_gradients(self.synced_parameters)
         max_norm = self.cfg.algorithm.max_grad_norm
         norms = [torch.nn.utils.clip_grad_norm_(group, max_norm) for group in self.clipped_groups]
+        if self.rnd is not None:
+            norms.append(torch.nn.utils.get_total_norm([p.grad for p in self.rnd.predictor.parameters()]))
         return torch.linalg.vector_norm(torch.stack(norms))
 
     def _normalizer_samples(self, batch: TensorDictBase) -> list[torch.Tensor]:
