@@ -1,0 +1,243 @@
+"""The first updates of each acting policy x learner pair, from many seeds in one simulation (a benchmark): which
+half of a learning difference shows where the two libraries part, at the cost of one process start.
+
+    python benchmarks/first_updates.py --task Isaac-Velocity-Flat-AnymalD --num_envs 4096 --device cuda:0 \\
+        --seeds 1-12 --updates 3 --out first_updates.json
+
+The task's simulation is built once (Isaac Lab's rsl_rl workflow, ``isaaclab_train_offline.py``); then, for each
+seed and each trainer, the environments are reset, a fresh rsl_rl runner is built around the trainer and trains
+``--updates`` iterations (the first from random episode lengths, as a run starts). After every update the action
+noise's standard deviation and the adaptive learning rate are recorded. Every trainer starts from rsl_rl's initial
+weights for the seed, so the four cells of the factorial differ only in who acts and who learns:
+
+* ``rsl_rl``: rsl_rl's PPO (its networks act, its update learns);
+* ``our_acting``: this project's collection policy acts, rsl_rl's update learns (``rsl_rl_twin.OurActingPPO``);
+* ``our_update``: rsl_rl's networks act, this project's learner learns (its weights given to rsl_rl's networks
+  before every rollout);
+* ``ours``: this project's collection policy acts and its learner learns (``rsl_rl_with_our_ppo.OurPPO``).
+
+This project's learner runs eagerly (``agent.speed=off``, cuDNN's LSTM) unless ``--compiled``; the runs of
+``learning.py`` found the learning the same either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import os
+import statistics
+import sys
+
+import torch
+from rsl_rl.algorithms import PPO as RslRlPPO
+from rsl_rl.runners import OnPolicyRunner
+from rsl_rl_twin import OurActingPPO, TwinPPO, _pairs, _with_learners
+from rsl_rl_with_our_ppo import OurPPO
+from tensordict import TensorDict
+
+from isaaclab_torchrl.runners import PPO
+
+SETTINGS_VARIABLE = "FIRST_UPDATES_SETTINGS"
+"""The benchmark's own settings, for the copy of this module that rsl_rl imports by the algorithm's class name."""
+
+
+def _settings() -> dict:
+    return json.loads(os.environ[SETTINGS_VARIABLE])
+
+
+def _rsl_rl_and_learner(obs: TensorDict, env, cfg: dict, device: str) -> tuple[RslRlPPO, PPO]:
+    """rsl_rl's PPO, its networks initialised from the seed, and this project's learner from the same config (eager
+    unless ``--compiled``)."""
+    cfg = copy.deepcopy(cfg)
+    cfg["algorithm"]["class_name"] = RslRlPPO
+    settings = {} if _settings()["compiled"] else {"speed": "off"}
+    alg, learners = _with_learners(obs, env, cfg, device, PPO, {"": settings})
+    return alg, learners[""]
+
+
+class OurUpdatePPO(TwinPPO):
+    """rsl_rl's networks act, this project's learner learns: each rollout, in the collectors' layout (time-outs
+    bootstrapped with V of the true final observation), goes to the learner, whose weights rsl_rl's networks take
+    before the next rollout."""
+
+    rsl_rl_time_outs = False
+
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> OurUpdatePPO:
+        alg, alg.learner = _rsl_rl_and_learner(obs, env, cfg, device)
+        alg.__class__ = cls
+        alg.twin_steps, alg.first_is_init, alg.updates = [], None, 0
+        with torch.no_grad():  # rsl_rl's initial weights, as every trainer here
+            for mine, theirs in _pairs(alg.learner, alg):
+                mine.copy_(theirs)
+        return alg
+
+    @property
+    def learning_rate(self) -> float:
+        return self.learner.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value: float) -> None:  # rsl_rl's constructor sets it
+        pass
+
+    def update(self) -> dict[str, float]:
+        stats = self.learner.update(self._twin_batch())
+        self.storage.clear()
+        with torch.no_grad():
+            for mine, theirs in _pairs(self.learner, self):
+                theirs.copy_(mine)
+        return {"value": stats["value"], "surrogate": stats["surrogate"], "entropy": stats["entropy"]}
+
+
+class OursFromRslRlInit(OurPPO):
+    """:class:`OurPPO` (this project's acting and learner) from rsl_rl's initial weights for the seed."""
+
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> OursFromRslRlInit:
+        alg, learner = _rsl_rl_and_learner(obs, env, cfg, device)
+        with torch.no_grad():
+            for mine, theirs in _pairs(learner, alg):
+                mine.copy_(theirs)
+        return cls(learner, env.num_envs)
+
+
+class OurActingFromSettings(OurActingPPO):
+    """:class:`OurActingPPO` whose acting policy is built with this benchmark's learner settings."""
+
+    @staticmethod
+    def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> OurActingPPO:
+        alg, learner = _rsl_rl_and_learner(obs, env, cfg, device)
+        alg.__class__ = OurActingPPO
+        alg.acting = OurPPO(learner, env.num_envs)
+        alg.give_weights()
+        return alg
+
+
+TRAINERS = {
+    "rsl_rl": RslRlPPO,
+    "our_acting": OurActingFromSettings,
+    "our_update": OurUpdatePPO,
+    "ours": OursFromRslRlInit,
+}
+
+
+def _noise_std(runner: OnPolicyRunner) -> float:
+    """The mean of the action noise's standard deviation, read from its parameter."""
+    if isinstance(runner.alg, OurPPO):
+        return runner.alg.learner.noise_std()
+    return float(runner.alg.actor.distribution.std_param.detach().mean())
+
+
+def trial(env, cfg: dict, device: str, trainer: str, seed: int, updates: int) -> dict:
+    """One trainer from a fresh reset and fresh networks: its noise std and learning rate after each update."""
+    env.reset()
+    torch.manual_seed(seed)
+    trial_cfg = copy.deepcopy(cfg)
+    trial_cfg["seed"], trial_cfg["max_iterations"] = seed, updates
+    trial_cfg["algorithm"]["class_name"] = TRAINERS[trainer]
+    runner = OnPolicyRunner(env, trial_cfg, log_dir=None, device=device)
+    record = {"trainer": trainer, "seed": seed, "noise_std": [_noise_std(runner)], "learning_rate": []}
+    for update in range(updates):
+        runner.learn(1, init_at_random_ep_len=update == 0)
+        record["noise_std"].append(_noise_std(runner))
+        record["learning_rate"].append(float(runner.alg.learning_rate))
+    del runner
+    gc.collect()
+    torch.cuda.empty_cache()
+    return record
+
+
+def summary(records: list[dict]) -> dict:
+    """Per trainer and update: the mean noise std, its standard error, and the median learning rate."""
+    table = {}
+    for trainer in dict.fromkeys(record["trainer"] for record in records):
+        mine = [record for record in records if record["trainer"] == trainer]
+        rows = []
+        for update in range(1, len(mine[0]["noise_std"])):
+            values = [record["noise_std"][update] for record in mine]
+            error = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+            rates = [record["learning_rate"][update - 1] for record in mine]
+            rows.append(
+                {
+                    "update": update,
+                    "noise_std": statistics.mean(values),
+                    "standard_error": error,
+                    "median_learning_rate": statistics.median(rates),
+                    "seeds": len(values),
+                }
+            )
+        table[trainer] = rows
+    return table
+
+
+class Trials:
+    """The algorithm rsl_rl's workflow builds (``agent.algorithm.class_name``): it runs every trial on the workflow's
+    environment while it is constructed, writes the results, and then trains nothing (``--max_iterations 0``)."""
+
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> Trials:
+        settings = _settings()
+        records = []
+        for seed in settings["seeds"]:
+            for trainer in settings["trainers"]:
+                records.append(trial(env, cfg, device, trainer, seed, settings["updates"]))
+                print("[first_updates] " + json.dumps(records[-1]), flush=True)
+                with open(settings["out"], "w") as file:
+                    json.dump({"settings": settings, "summary": summary(records), "trials": records}, file, indent=1)
+        for trainer, rows in summary(records).items():
+            cells = "  ".join(f"{row['noise_std']:.5f}±{row['standard_error']:.5f}" for row in rows)
+            print(f"[first_updates] {trainer:>11}: noise std after each update {cells}", flush=True)
+        return cls()
+
+    def train_mode(self) -> None:
+        pass
+
+    def save(self) -> dict:
+        return {}
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        seeds += list(range(int(first), int(last or first) + 1))
+    return seeds
+
+
+def main(argv: list[str]) -> int | None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="Isaac-Velocity-Flat-AnymalD")
+    parser.add_argument("--num_envs", type=int, default=4096)
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--seeds", default="1-8", help="Seeds, e.g. 1-12 or 1,3,5.")
+    parser.add_argument("--updates", type=int, default=3, help="Updates per trial.")
+    parser.add_argument("--trainers", default=",".join(TRAINERS), help=f"Of: {', '.join(TRAINERS)}.")
+    parser.add_argument("--compiled", action="store_true", help="This project's learner with its GPU defaults.")
+    parser.add_argument("--out", default="first_updates.json")
+    args = parser.parse_args(argv)
+    trainers = args.trainers.split(",")
+    unknown = sorted(set(trainers) - set(TRAINERS))
+    if unknown:
+        parser.error(f"unknown trainers {unknown}; choose from {', '.join(TRAINERS)}")
+    settings = {
+        "seeds": parse_seeds(args.seeds),
+        "updates": args.updates,
+        "trainers": trainers,
+        "compiled": args.compiled,
+        "out": os.path.abspath(args.out),
+        "task": args.task,
+        "num_envs": args.num_envs,
+    }
+    os.environ[SETTINGS_VARIABLE] = json.dumps(settings)
+    from isaaclab_train_offline import main as train
+
+    workflow = ["--rl_library", "rsl_rl", "--agent", "rsl_rl_recurrent_cfg_entry_point", "--task", args.task]
+    workflow += ["--num_envs", str(args.num_envs), "--device", args.device, "--max_iterations", "0"]
+    workflow += ["--viz", "none", "physics=newton_mjwarp", f"agent.device={args.device}", "env.compute_final_obs=true"]
+    return train([*workflow, "agent.algorithm.class_name=first_updates:Trials"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
