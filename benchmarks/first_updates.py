@@ -7,14 +7,16 @@ half of a learning difference shows where the two libraries part, at the cost of
 The task's simulation is built once (Isaac Lab's rsl_rl workflow, ``isaaclab_train_offline.py``); then, for each
 seed and each trainer, the environments are reset, a fresh rsl_rl runner is built around the trainer and trains
 ``--updates`` iterations (the first from random episode lengths, as a run starts). After every update the action
-noise's standard deviation and the adaptive learning rate are recorded. Every trainer starts from rsl_rl's initial
-weights for the seed, so the four cells of the factorial differ only in who acts and who learns:
+noise's standard deviation and the adaptive learning rate are recorded. Every trainer but the last starts from rsl_rl's
+initial weights for the seed, so the four cells of the factorial differ only in who acts and who learns:
 
 * ``rsl_rl``: rsl_rl's PPO (its networks act, its update learns);
 * ``our_acting``: this project's collection policy acts, rsl_rl's update learns (``rsl_rl_twin.OurActingPPO``);
 * ``our_update``: rsl_rl's networks act, this project's learner learns (its weights given to rsl_rl's networks
   before every rollout);
-* ``ours``: this project's collection policy acts and its learner learns (``rsl_rl_with_our_ppo.OurPPO``).
+* ``ours``: this project's collection policy acts and its learner learns (``rsl_rl_with_our_ppo.OurPPO``);
+* ``ours_own_init``: the same from this project's own initial weights for the seed (``OurPPO`` as
+  ``rsl_rl_recurrent_our_update`` runs it).
 
 This project's learner runs eagerly (``agent.speed=off``, cuDNN's LSTM) unless ``--compiled``; the runs of
 ``learning.py`` found the learning the same either way.
@@ -34,9 +36,10 @@ import torch
 from rsl_rl.algorithms import PPO as RslRlPPO
 from rsl_rl.runners import OnPolicyRunner
 from rsl_rl_twin import OurActingPPO, TwinPPO, _pairs, _with_learners
-from rsl_rl_with_our_ppo import OurPPO
+from rsl_rl_with_our_ppo import OurPPO, our_cfg
 from tensordict import TensorDict
 
+from isaaclab_torchrl.models import EnvInterface
 from isaaclab_torchrl.runners import PPO
 
 SETTINGS_VARIABLE = "FIRST_UPDATES_SETTINGS"
@@ -47,13 +50,17 @@ def _settings() -> dict:
     return json.loads(os.environ[SETTINGS_VARIABLE])
 
 
+def _learner_settings() -> dict:
+    """This project's learner eager (``agent.speed=off``) unless ``--compiled``."""
+    return {} if _settings()["compiled"] else {"speed": "off"}
+
+
 def _rsl_rl_and_learner(obs: TensorDict, env, cfg: dict, device: str) -> tuple[RslRlPPO, PPO]:
     """rsl_rl's PPO, its networks initialised from the seed, and this project's learner from the same config (eager
     unless ``--compiled``)."""
     cfg = copy.deepcopy(cfg)
     cfg["algorithm"]["class_name"] = RslRlPPO
-    settings = {} if _settings()["compiled"] else {"speed": "off"}
-    alg, learners = _with_learners(obs, env, cfg, device, PPO, {"": settings})
+    alg, learners = _with_learners(obs, env, cfg, device, PPO, {"": _learner_settings()})
     return alg, learners[""]
 
 
@@ -103,6 +110,18 @@ class OursFromRslRlInit(OurPPO):
         return cls(learner, env.num_envs)
 
 
+class OursOwnInit(OurPPO):
+    """:class:`OurPPO` from this project's own initial weights for the seed (drawn as its runner draws them)."""
+
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> OursOwnInit:
+        obs_dim = obs["policy"].shape[-1]
+        interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
+        torch.manual_seed(cfg["seed"])
+        learner = PPO(our_cfg(env, copy.deepcopy(cfg), device, _learner_settings()), interface, device)
+        return cls(learner, env.num_envs)
+
+
 class OurActingFromSettings(OurActingPPO):
     """:class:`OurActingPPO` whose acting policy is built with this benchmark's learner settings."""
 
@@ -120,6 +139,7 @@ TRAINERS = {
     "our_acting": OurActingFromSettings,
     "our_update": OurUpdatePPO,
     "ours": OursFromRslRlInit,
+    "ours_own_init": OursOwnInit,
 }
 
 
