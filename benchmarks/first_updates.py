@@ -169,23 +169,36 @@ def trial(env, cfg: dict, device: str, trainer: str, seed: int, updates: int) ->
     return record
 
 
+def _mean_and_error(values: list[float]) -> tuple[float, float]:
+    error = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+    return statistics.mean(values), error
+
+
 def summary(records: list[dict]) -> dict:
-    """Per trainer and update: the mean noise std, its standard error, and the median learning rate."""
+    """Per trainer and update: the mean noise std and its standard error, the mean difference to the first trainer's
+    on the same seeds (paired: the same initial weights) and its standard error, and the median learning rate."""
+    trainers = list(dict.fromkeys(record["trainer"] for record in records))
+    by_seed = {(record["trainer"], record["seed"]): record for record in records}
     table = {}
-    for trainer in dict.fromkeys(record["trainer"] for record in records):
+    for trainer in trainers:
         mine = [record for record in records if record["trainer"] == trainer]
+        paired = [(record, by_seed.get((trainers[0], record["seed"]))) for record in mine]
+        paired = [(record, first) for record, first in paired if first is not None]
         rows = []
         for update in range(1, len(mine[0]["noise_std"])):
-            values = [record["noise_std"][update] for record in mine]
-            error = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+            std, error = _mean_and_error([record["noise_std"][update] for record in mine])
+            differences = [record["noise_std"][update] - first["noise_std"][update] for record, first in paired]
+            difference, difference_error = _mean_and_error(differences) if differences else (float("nan"),) * 2
             rates = [record["learning_rate"][update - 1] for record in mine]
             rows.append(
                 {
                     "update": update,
-                    "noise_std": statistics.mean(values),
+                    "noise_std": std,
                     "standard_error": error,
+                    f"minus_{trainers[0]}": difference,
+                    f"minus_{trainers[0]}_standard_error": difference_error,
                     "median_learning_rate": statistics.median(rates),
-                    "seeds": len(values),
+                    "seeds": len(mine),
                 }
             )
         table[trainer] = rows
@@ -207,8 +220,8 @@ class Trials:
                 with open(settings["out"], "w") as file:
                     json.dump({"settings": settings, "summary": summary(records), "trials": records}, file, indent=1)
         for trainer, rows in summary(records).items():
-            cells = "  ".join(f"{row['noise_std']:.5f}±{row['standard_error']:.5f}" for row in rows)
-            print(f"[first_updates] {trainer:>11}: noise std after each update {cells}", flush=True)
+            cells = "  ".join("{:.5f}±{:.5f} ({:+.5f}±{:.5f})".format(*list(row.values())[1:5]) for row in rows)
+            print(f"[first_updates] {trainer:>13}: noise std after each update (minus the first's) {cells}", flush=True)
         return cls()
 
     def train_mode(self) -> None:
