@@ -38,6 +38,9 @@ from rsl_rl.runners import OnPolicyRunner
 from rsl_rl_twin import OurActingPPO, TwinPPO, _pairs, _with_learners
 from rsl_rl_with_our_ppo import OurPPO, our_cfg
 from tensordict import TensorDict
+from torch.distributions import Normal
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import set_recurrent_mode
 
 from isaaclab_torchrl.models import EnvInterface
 from isaaclab_torchrl.runners import PPO
@@ -134,12 +137,83 @@ class OurActingFromSettings(OurActingPPO):
         return alg
 
 
+class ActingCheckPPO(OurActingPPO):
+    """rsl_rl's PPO, acting and learning as usual, with this project's collection policy (given rsl_rl's weights
+    before every rollout) run beside rsl_rl's networks on every step, from the same observations and entering
+    recurrent states. Per rollout it prints (``[acting_check]``) the largest differences of the action mean, the
+    noise std, the value, the leaving recurrent states and the log-probability of rsl_rl's action under each
+    distribution, and the moments of this project's sampled noise ``(action - mean) / std``."""
+
+    @staticmethod
+    def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> ActingCheckPPO:
+        alg, learner = _rsl_rl_and_learner(obs, env, cfg, device)
+        alg.__class__ = ActingCheckPPO
+        alg.acting = OurPPO(learner, env.num_envs)
+        alg.give_weights()
+        alg.check = {}
+        return alg
+
+    def _note(self, key: str, value: torch.Tensor) -> None:
+        self.check[key] = max(self.check.get(key, 0.0), float(value.abs().max()))
+
+    def act(self, obs: TensorDict) -> torch.Tensor:
+        entering = self.actor.get_hidden_state(), self.critic.get_hidden_state()
+        actions = RslRlPPO.act(self, obs)
+        num_envs = obs["policy"].shape[0]
+        first = entering[0] is None
+        step = TensorDict({"policy": obs["policy"], "is_init": torch.full((num_envs, 1), first)}, [num_envs])
+        step = step.to(obs["policy"].device)
+        for network, states in zip(("actor", "critic"), entering, strict=True):
+            for name, state in zip("hc", () if first else states, strict=False):
+                step[f"{network}_rnn_{name}"] = state.transpose(0, 1)
+        if first:
+            zeros = self.acting.learner.collection_policy(step.clone()).get("next").select(*self.acting.keys)
+            step.update(zeros.apply(torch.zeros_like))
+        with set_recurrent_mode(False), set_exploration_type(ExplorationType.RANDOM):
+            ours = self.acting.learner.collection_policy(step)
+        loc, scale = self.transition.distribution_params
+        self._note("loc", ours["loc"] - loc)
+        self._note("scale", ours["scale"] - scale)
+        self._note("value", ours["state_value"] - self.transition.values)
+        theirs_under_ours = Normal(ours["loc"], ours["scale"]).log_prob(actions).sum(-1)
+        self._note("log_prob_of_rsl_rl_action", theirs_under_ours - self.transition.actions_log_prob.view(-1))
+        own = Normal(ours["loc"], ours["scale"]).log_prob(ours["action"]).sum(-1)
+        self._note("own_log_prob", own - ours["action_log_prob"].view(-1))
+        leaving = self.actor.get_hidden_state(), self.critic.get_hidden_state()
+        for network, states in zip(("actor", "critic"), leaving, strict=True):
+            for name, state in zip("hc", states, strict=False):
+                self._note(f"{network}_{name}", ours["next", f"{network}_rnn_{name}"] - state.transpose(0, 1))
+        noise = (ours["action"] - ours["loc"]) / ours["scale"]
+        for key, value in (("noise_sum", noise.sum()), ("noise_square_sum", noise.square().sum())):
+            self.check[key] = self.check.get(key, 0.0) + float(value)
+        self.check["noise_count"] = self.check.get("noise_count", 0) + noise.numel()
+        return actions
+
+    def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
+        RslRlPPO.process_env_step(self, obs, rewards, dones, extras)
+
+    def compute_returns(self, obs: TensorDict) -> None:
+        RslRlPPO.compute_returns(self, obs)
+
+    def update(self) -> dict[str, float]:
+        count = self.check.pop("noise_count")
+        mean = self.check.pop("noise_sum") / count
+        self.check["noise_mean"], self.check["noise_variance"] = (
+            mean,
+            self.check.pop("noise_square_sum") / count - mean**2,
+        )
+        print("[acting_check] " + json.dumps(self.check), flush=True)
+        self.check = {}
+        return super().update()
+
+
 TRAINERS = {
     "rsl_rl": RslRlPPO,
     "our_acting": OurActingFromSettings,
     "our_update": OurUpdatePPO,
     "ours": OursFromRslRlInit,
     "ours_own_init": OursOwnInit,
+    "acting_check": ActingCheckPPO,
 }
 
 
