@@ -225,7 +225,13 @@ def _noise_std(runner: OnPolicyRunner) -> float:
 
 
 def trial(env, cfg: dict, device: str, trainer: str, seed: int, updates: int) -> dict:
-    """One trainer from a fresh reset and fresh networks: its noise std and learning rate after each update."""
+    """One trainer from a fresh reset and fresh networks: its noise std and learning rate after each update.
+
+    Common random numbers: every trainer of a seed starts from the same reset and draws each iteration's random
+    numbers (the episode lengths, the action noise, the env's resets, the minibatch split) from the same stream,
+    reseeded before the iteration, so that trainers that act alike collect alike and the pairs differ by what differs.
+    """
+    torch.manual_seed(seed)
     env.reset()
     torch.manual_seed(seed)
     trial_cfg = copy.deepcopy(cfg)
@@ -234,6 +240,7 @@ def trial(env, cfg: dict, device: str, trainer: str, seed: int, updates: int) ->
     runner = OnPolicyRunner(env, trial_cfg, log_dir=None, device=device)
     record = {"trainer": trainer, "seed": seed, "noise_std": [_noise_std(runner)], "learning_rate": []}
     for update in range(updates):
+        torch.manual_seed(seed * 1000 + update)
         runner.learn(1, init_at_random_ep_len=update == 0)
         record["noise_std"].append(_noise_std(runner))
         record["learning_rate"].append(float(runner.alg.learning_rate))

@@ -120,8 +120,9 @@ class OurPPO:
                     [self.num_envs],
                 )
                 self.carry = first.exclude("policy")
-                if self.keys:
-                    states = policy(first.clone()).get("next").select(*self.keys)
+                if self.keys:  # their shapes, from the mean (a sample would draw from the random stream)
+                    with set_exploration_type(ExplorationType.DETERMINISTIC):
+                        states = policy(first.clone()).get("next").select(*self.keys)
                     self.carry.update(states.apply(torch.zeros_like))
             step = self.carry.clone(False).set("policy", obs["policy"])
             self.current = policy(step)
