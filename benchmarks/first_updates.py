@@ -128,28 +128,25 @@ class OursOwnInit(OurPPO):
 class OurActingFromSettings(OurActingPPO):
     """:class:`OurActingPPO` whose acting policy is built with this benchmark's learner settings."""
 
-    @staticmethod
-    def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> OurActingPPO:
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> OurActingFromSettings:
         alg, learner = _rsl_rl_and_learner(obs, env, cfg, device)
-        alg.__class__ = OurActingPPO
+        alg.__class__ = cls
         alg.acting = OurPPO(learner, env.num_envs)
         alg.give_weights()
         return alg
 
 
-class ActingCheckPPO(OurActingPPO):
+class ActingCheckPPO(OurActingFromSettings):
     """rsl_rl's PPO, acting and learning as usual, with this project's collection policy (given rsl_rl's weights
     before every rollout) run beside rsl_rl's networks on every step, from the same observations and entering
     recurrent states. Per rollout it prints (``[acting_check]``) the largest differences of the action mean, the
     noise std, the value, the leaving recurrent states and the log-probability of rsl_rl's action under each
     distribution, and the moments of this project's sampled noise ``(action - mean) / std``."""
 
-    @staticmethod
-    def construct_algorithm(obs: TensorDict, env, cfg: dict, device: str) -> ActingCheckPPO:
-        alg, learner = _rsl_rl_and_learner(obs, env, cfg, device)
-        alg.__class__ = ActingCheckPPO
-        alg.acting = OurPPO(learner, env.num_envs)
-        alg.give_weights()
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> ActingCheckPPO:
+        alg = super().construct_algorithm(obs, env, cfg, device)
         alg.check = {}
         return alg
 
