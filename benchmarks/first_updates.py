@@ -7,8 +7,9 @@ half of a learning difference shows where the two libraries part, at the cost of
 The task's simulation is built once (Isaac Lab's rsl_rl workflow, ``isaaclab_train_offline.py``); then, for each
 seed and each trainer, the environments are reset, a fresh rsl_rl runner is built around the trainer and trains
 ``--updates`` iterations (the first from random episode lengths, as a run starts). After every update the action
-noise's standard deviation and the adaptive learning rate are recorded. Every trainer but the last starts from rsl_rl's
-initial weights for the seed, so the four cells of the factorial differ only in who acts and who learns:
+noise's standard deviation and the adaptive learning rate are recorded. The trainers of a seed share their random
+numbers (:func:`trial`), and all but ``ours_own_init`` start from rsl_rl's initial weights for the seed, so the four
+cells of the factorial differ only in who acts and who learns:
 
 * ``rsl_rl``: rsl_rl's PPO (its networks act, its update learns);
 * ``our_acting``: this project's collection policy acts, rsl_rl's update learns (``rsl_rl_twin.OurActingPPO``);
@@ -16,7 +17,9 @@ initial weights for the seed, so the four cells of the factorial differ only in 
   before every rollout);
 * ``ours``: this project's collection policy acts and its learner learns (``rsl_rl_with_our_ppo.OurPPO``);
 * ``ours_own_init``: the same from this project's own initial weights for the seed (``OurPPO`` as
-  ``rsl_rl_recurrent_our_update`` runs it).
+  ``rsl_rl_recurrent_our_update`` runs it);
+* ``acting_check``: rsl_rl's PPO with this project's collection policy beside its networks on every step
+  (:class:`ActingCheckPPO`).
 
 This project's learner runs eagerly (``agent.speed=off``, cuDNN's LSTM) unless ``--compiled``; the runs of
 ``learning.py`` found the learning the same either way.
