@@ -300,8 +300,13 @@ class Trials:
                 print("[first_updates] " + json.dumps(records[-1]), flush=True)
                 with open(settings["out"], "w") as file:
                     json.dump({"settings": settings, "summary": summary(records), "trials": records}, file, indent=1)
+        first = f"minus_{settings['trainers'][0]}"
         for trainer, rows in summary(records).items():
-            cells = "  ".join("{:.5f}±{:.5f} ({:+.5f}±{:.5f})".format(*list(row.values())[1:5]) for row in rows)
+            cells = "  ".join(
+                f"{row['noise_std']:.5f}±{row['standard_error']:.5f} "
+                f"({row[first]:+.5f}±{row[f'{first}_standard_error']:.5f})"
+                for row in rows
+            )
             print(f"[first_updates] {trainer:>13}: noise std after each update (minus the first's) {cells}", flush=True)
         return cls()
 
