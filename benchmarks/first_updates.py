@@ -225,7 +225,8 @@ def _noise_std(runner: OnPolicyRunner) -> float:
 
 
 def trial(env, cfg: dict, device: str, trainer: str, seed: int, updates: int) -> dict:
-    """One trainer from a fresh reset and fresh networks: its noise std and learning rate after each update.
+    """One trainer from a fresh reset and fresh networks: its noise std and learning rate after each update, and the
+    mean age in steps of the running episodes after each rollout (it falls as the robots learn to end them early).
 
     Common random numbers: every trainer of a seed starts from the same reset and draws each iteration's random
     numbers (the episode lengths, the action noise, the env's resets, the minibatch split) from the same stream,
@@ -239,11 +240,13 @@ def trial(env, cfg: dict, device: str, trainer: str, seed: int, updates: int) ->
     trial_cfg["algorithm"]["class_name"] = TRAINERS[trainer]
     runner = OnPolicyRunner(env, trial_cfg, log_dir=None, device=device)
     record = {"trainer": trainer, "seed": seed, "noise_std": [_noise_std(runner)], "learning_rate": []}
+    record["mean_episode_age"] = []
     for update in range(updates):
         torch.manual_seed(seed * 1000 + update)
         runner.learn(1, init_at_random_ep_len=update == 0)
         record["noise_std"].append(_noise_std(runner))
         record["learning_rate"].append(float(runner.alg.learning_rate))
+        record["mean_episode_age"].append(float(env.unwrapped.episode_length_buf.float().mean()))
     del runner
     gc.collect()
     torch.cuda.empty_cache()
