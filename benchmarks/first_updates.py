@@ -7,9 +7,9 @@ half of a learning difference shows where the two libraries part, at the cost of
 The task's simulation is built once (Isaac Lab's rsl_rl workflow, ``isaaclab_train_offline.py``); then, for each
 seed and each trainer, the environments are reset, a fresh rsl_rl runner is built around the trainer and trains
 ``--updates`` iterations (the first from random episode lengths, as a run starts). After every update the action
-noise's standard deviation and the adaptive learning rate are recorded. The trainers of a seed share their random
-numbers (:func:`trial`), and all but ``ours_own_init`` start from rsl_rl's initial weights for the seed, so the four
-cells of the factorial differ only in who acts and who learns:
+noise's standard deviation, the adaptive learning rate and the running episodes' mean age are recorded. The
+trainers of a seed share their random numbers (:func:`trial`), and all but ``ours_own_init`` start from rsl_rl's
+initial weights for the seed, so the four cells of the factorial differ only in who acts and who learns:
 
 * ``rsl_rl``: rsl_rl's PPO (its networks act, its update learns);
 * ``our_acting``: this project's collection policy acts, rsl_rl's update learns (``rsl_rl_twin.OurActingPPO``);
@@ -240,7 +240,7 @@ def trial(env, cfg: dict, device: str, trainer: str, seed: int, updates: int) ->
     trial_cfg["algorithm"]["class_name"] = TRAINERS[trainer]
     runner = OnPolicyRunner(env, trial_cfg, log_dir=None, device=device)
     record = {"trainer": trainer, "seed": seed, "noise_std": [_noise_std(runner)], "learning_rate": []}
-    record["mean_episode_age"] = []
+    record |= {"mean_episode_age": []}
     for update in range(updates):
         torch.manual_seed(seed * 1000 + update)
         runner.learn(1, init_at_random_ep_len=update == 0)
