@@ -40,7 +40,7 @@ def _played_return(workdir, agent, checkpoint) -> float:
 
 # one seed each: a sample, the seeds' spread is in docs/benchmarks.md. The return's peak is asked for, not its last
 # value: of 15 LSTM runs there, one (seed 42) reached 4.5 and fell back to 2.3 by iteration 100, a late fall, not a
-# failure to learn; seed 1 ended at 3.22 inside the whole suite on two machines and at 4.87 alone
+# failure to learn; seed 1 ended at 3.22 in two runs of the whole suite and at 4.87 in a third and alone
 @pytest.mark.parametrize(
     "agent, experiment, seed", [("torchrl", "cartpole_direct", 42), ("torchrl_lstm", "cartpole_direct_lstm", 1)]
 )
