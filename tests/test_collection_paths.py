@@ -34,7 +34,7 @@ def rollouts(tmp_path_factory) -> dict[str, dict]:
         "plain_finite_clipped": ["--plain", "--finite-clipped"],
     }
     processes = {}
-    for path, flags in kinds.items():  # side by side: most of each process's time is its start, on one core
+    for path, flags in kinds.items():  # side by side (the suite's time: docs/benchmarks.md, "The test suite")
         paths[path] = str(folder / f"{path}.pt")
         with open(folder / f"{path}.log", "w") as log:
             command = [sys.executable, COLLECT, paths[path], *flags]

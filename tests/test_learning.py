@@ -40,7 +40,7 @@ def _played_return(workdir, agent, checkpoint) -> float:
 
 # one seed each: a sample, the seeds' spread is in docs/benchmarks.md. The return's peak is asked for, not its last
 # value: two LSTM runs there reached 4.5-4.8 and fell back by iteration 100, late falls, not failures to learn (seed
-# 42; seed 1 on CPUs with AVX2 only, whose float sums take the run elsewhere than AVX-512's: 3.22 there, 4.87 here)
+# 42; seed 1 on CPUs with AVX2 only, whose float sums take the run elsewhere than AVX-512's: 3.22 there, 4.87 with it)
 @pytest.mark.parametrize(
     "agent, experiment, seed", [("torchrl", "cartpole_direct", 42), ("torchrl_lstm", "cartpole_direct_lstm", 1)]
 )
