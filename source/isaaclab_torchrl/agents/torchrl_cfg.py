@@ -247,7 +247,8 @@ class TorchRLCollectorCfg:
     """``True``: :class:`MultiSyncCollector` (on-policy). ``False``: :class:`MultiAsyncCollector`, the workers
     collect the next rollout while the learner updates (lag-corrected PPO). ``None``: asynchronous with
     ``speed="auto"`` (faster on the GPU and on a 2-core CPU, learning as well: ``docs/benchmarks.md``),
-    synchronous with ``speed="off"``. A fixed seed repeats a run exactly only with synchronous collection."""
+    synchronous with ``speed="off"``. A fixed seed repeats a run exactly only with synchronous collection, on one
+    kind of CPU (``docs/architecture.md``)."""
     storing_device: str | None = None
     """Device the batches are stored on; ``None``: the simulation device. On a GPU, the collection's hand-over rules
     (see :mod:`isaaclab_torchrl.runners.collection`) keep them intact, which ``benchmarks/storage_proof.py`` checks
