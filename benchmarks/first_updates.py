@@ -239,8 +239,13 @@ def trial(env, cfg: dict, device: str, trainer: str, seed: int, updates: int) ->
     trial_cfg["seed"], trial_cfg["max_iterations"] = seed, updates
     trial_cfg["algorithm"]["class_name"] = TRAINERS[trainer]
     runner = OnPolicyRunner(env, trial_cfg, log_dir=None, device=device)
-    record = {"trainer": trainer, "seed": seed, "noise_std": [_noise_std(runner)], "learning_rate": []}
-    record |= {"mean_episode_age": []}
+    record = {
+        "trainer": trainer,
+        "seed": seed,
+        "noise_std": [_noise_std(runner)],
+        "learning_rate": [],
+        "mean_episode_age": [],
+    }
     for update in range(updates):
         torch.manual_seed(seed * 1000 + update)
         runner.learn(1, init_at_random_ep_len=update == 0)

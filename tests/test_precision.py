@@ -19,8 +19,8 @@ INTERFACE = EnvInterface(("policy",), OBS, ("policy",), OBS, ACT)
 
 def _cpu_has_bfloat16_lstm() -> bool:
     """Whether this CPU's oneDNN builds an LSTM in bfloat16 (``nn.LSTM`` under CPU autocast, the ``pad`` backend's
-    layer): on a CPU without AVX-512 (an AMD EPYC with AVX2 alone, 2026-12-07) it has none, and the layer raises there,
-    in rsl_rl's update as in ours."""
+    layer): on a CPU without AVX-512 (AVX2 alone) it has none, and the layer raises there, in rsl_rl's update as in
+    ours."""
     layer = torch.nn.LSTM(4, 4, batch_first=True)
     try:
         with torch.autocast("cpu", torch.bfloat16):
