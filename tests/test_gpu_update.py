@@ -77,3 +77,28 @@ def test_the_graphed_update_skips_every_step_from_a_non_finite_minibatch_on(rnn_
     applied = int(error.value.args[0].split("in minibatch ")[1][0]) - 1
     assert {int(state["step"]) for state in learner.optimizer.state.values()} <= {applied}
     assert all(bool(torch.isfinite(p).all()) for p in _learner_parameters(learner))
+
+
+@pytest.mark.parametrize("rnn_type", ["lstm", None])
+def test_the_graphed_update_equals_the_eager_one_over_several_updates(rnn_type):
+    """Each update replays the graph captured in the first one on a new batch, with the adaptive schedule: the
+    learning rate tensor that the graph's optimizer reads, the Adam moments and the gradients of the capture carry
+    from one update to the next as in the eager update."""
+    results = []
+    for cudagraphs in (False, True):
+        learner = _gpu_learner(rnn_type, compile_=True, cudagraphs=cudagraphs, minibatches=2)
+        learner.cfg.algorithm.schedule = "adaptive"
+        rates = []
+        for update in range(3):
+            batch = _batch(rnn_type)
+            generator = torch.Generator().manual_seed(update)
+            batch["next", "reward"] = torch.randn(batch["next", "reward"].shape, generator=generator)
+            torch.manual_seed(SEED + update)
+            learner.update(batch.to("cuda:0"))
+            rates.append(learner.learning_rate)
+        results.append((rates, [p.detach().cpu() for p in _learner_parameters(learner)]))
+    (eager_rates, eager), (graphed_rates, graphed) = results
+    assert len(set(eager_rates)) > 1, "the schedule changed the learning rate"
+    assert graphed_rates == pytest.approx(eager_rates, rel=1e-6)
+    for index, (expected, actual) in enumerate(zip(eager, graphed, strict=True)):
+        torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5, msg=f"parameter {index}")
