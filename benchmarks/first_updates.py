@@ -8,7 +8,7 @@ The task's simulation is built once (Isaac Lab's rsl_rl workflow, ``isaaclab_tra
 seed and each trainer, the environments are reset, a fresh rsl_rl runner is built around the trainer and trains
 ``--updates`` iterations (the first from random episode lengths, as a run starts). After every update the action
 noise's standard deviation, the adaptive learning rate and the running episodes' mean age are recorded. The
-trainers of a seed share their random numbers (:func:`trial`), and all but ``ours_own_init`` start from rsl_rl's
+trainers of a seed share their random numbers (:func:`trial`), and all but the last two below start from rsl_rl's
 initial weights for the seed, so the four cells of the factorial differ only in who acts and who learns:
 
 * ``rsl_rl``: rsl_rl's PPO (its networks act, its update learns);
@@ -16,13 +16,15 @@ initial weights for the seed, so the four cells of the factorial differ only in 
 * ``our_update``: rsl_rl's networks act, this project's learner learns (its weights given to rsl_rl's networks
   before every rollout);
 * ``ours``: this project's collection policy acts and its learner learns (``rsl_rl_with_our_ppo.OurPPO``);
-* ``ours_own_init``: the same from this project's own initial weights for the seed (``OurPPO`` as
-  ``rsl_rl_recurrent_our_update`` runs it);
 * ``acting_check``: rsl_rl's PPO with this project's collection policy beside its networks on every step
-  (:class:`ActingCheckPPO`).
+  (:class:`ActingCheckPPO`);
+* ``ours_own_init``: ``ours`` from this project's own initial weights for the seed (``OurPPO`` as
+  ``rsl_rl_recurrent_our_update`` runs it);
+* ``rsl_rl_our_init``: rsl_rl's PPO from the same initial weights as ``ours_own_init``: beside ``rsl_rl`` and
+  ``ours``, the four cells of initial weights x learner.
 
-This project's learner runs eagerly (``agent.speed=off``, cuDNN's LSTM) unless ``--compiled``; the runs of
-``learning.py`` found the learning the same either way.
+This project's learner runs eagerly (``agent.speed=off``, cuDNN's LSTM) unless ``--compiled`` (its GPU defaults);
+``--set FIELD=VALUE`` changes a field of its runner config (``--set tf32=false``).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ def _settings() -> dict:
 
 
 def _learner_settings() -> dict:
-    """This project's learner eager (``agent.speed=off``) unless ``--compiled``."""
-    return {} if _settings()["compiled"] else {"speed": "off"}
+    """This project's learner eager (``agent.speed=off``) unless ``--compiled``, with the fields ``--set`` gives."""
+    return ({} if _settings()["compiled"] else {"speed": "off"}) | _settings()["learner_settings"]
 
 
 def _rsl_rl_and_learner(obs: TensorDict, env, cfg: dict, device: str) -> tuple[RslRlPPO, PPO]:
@@ -121,11 +123,28 @@ class OursOwnInit(OurPPO):
 
     @classmethod
     def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> OursOwnInit:
-        obs_dim = obs["policy"].shape[-1]
-        interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
-        torch.manual_seed(cfg["seed"])
-        learner = PPO(our_cfg(env, copy.deepcopy(cfg), device, _learner_settings()), interface, device)
-        return cls(learner, env.num_envs)
+        return cls(_own_init_learner(obs, env, cfg, device), env.num_envs)
+
+
+def _own_init_learner(obs: TensorDict, env, cfg: dict, device: str) -> PPO:
+    """This project's learner with its own initial weights for the seed, drawn as its runner draws them."""
+    obs_dim = obs["policy"].shape[-1]
+    interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
+    torch.manual_seed(cfg["seed"])
+    return PPO(our_cfg(env, copy.deepcopy(cfg), device, _learner_settings()), interface, device)
+
+
+class RslRlFromOurInit(RslRlPPO):
+    """rsl_rl's PPO from the initial weights ``ours_own_init`` starts from (this project's own for the seed)."""
+
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> RslRlPPO:
+        alg, _ = _rsl_rl_and_learner(obs, env, cfg, device)
+        learner = _own_init_learner(obs, env, cfg, device)
+        with torch.no_grad():
+            for mine, theirs in _pairs(learner, alg):
+                theirs.copy_(mine)
+        return alg
 
 
 class OurActingFromSettings(OurActingPPO):
@@ -213,6 +232,7 @@ TRAINERS = {
     "our_update": OurUpdatePPO,
     "ours": OursFromRslRlInit,
     "ours_own_init": OursOwnInit,
+    "rsl_rl_our_init": RslRlFromOurInit,
     "acting_check": ActingCheckPPO,
 }
 
@@ -333,6 +353,17 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def _field(text: str, parser: argparse.ArgumentParser) -> tuple[str, object]:
+    """``FIELD=VALUE`` of ``--set``: the value read as JSON (``false``, ``3e-4``), else as a string."""
+    name, separator, value = text.partition("=")
+    if not separator or not name:
+        parser.error(f"--set takes FIELD=VALUE, not {text!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
 def main(argv: list[str]) -> int | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="Isaac-Velocity-Flat-AnymalD")
@@ -342,6 +373,13 @@ def main(argv: list[str]) -> int | None:
     parser.add_argument("--updates", type=int, default=3, help="Updates per trial.")
     parser.add_argument("--trainers", default=",".join(TRAINERS), help=f"Of: {', '.join(TRAINERS)}.")
     parser.add_argument("--compiled", action="store_true", help="This project's learner with its GPU defaults.")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="A field of this project's runner config for its learner, e.g. tf32=false (a JSON value or a string).",
+    )
     parser.add_argument("--out", default="first_updates.json")
     args = parser.parse_args(argv)
     trainers = args.trainers.split(",")
@@ -353,6 +391,7 @@ def main(argv: list[str]) -> int | None:
         "updates": args.updates,
         "trainers": trainers,
         "compiled": args.compiled,
+        "learner_settings": dict(_field(text, parser) for text in args.set),
         "out": os.path.abspath(args.out),
         "task": args.task,
         "num_envs": args.num_envs,
