@@ -82,8 +82,8 @@ def test_the_graphed_update_skips_every_step_from_a_non_finite_minibatch_on(rnn_
 @pytest.mark.parametrize("rnn_type", ["lstm", None])
 def test_the_graphed_update_equals_the_eager_one_over_several_updates(rnn_type):
     """Each update replays the graph captured in the first one on a new batch, with the adaptive schedule: the
-    learning rate tensor that the graph's optimizer reads, the Adam moments and the gradients of the capture carry
-    from one update to the next as in the eager update."""
+    capture's gradient tensors, which the optimizer reads, the learning-rate tensor and Adam's moments carry from one
+    update to the next as in the eager update."""
     results = []
     for cudagraphs in (False, True):
         learner = _gpu_learner(rnn_type, compile_=True, cudagraphs=cudagraphs, minibatches=2)
