@@ -118,20 +118,20 @@ class OursFromRslRlInit(OurPPO):
         return cls(learner, env.num_envs)
 
 
-class OursOwnInit(OurPPO):
-    """:class:`OurPPO` from this project's own initial weights for the seed (drawn as its runner draws them)."""
-
-    @classmethod
-    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> OursOwnInit:
-        return cls(_own_init_learner(obs, env, cfg, device), env.num_envs)
-
-
 def _own_init_learner(obs: TensorDict, env, cfg: dict, device: str) -> PPO:
     """This project's learner with its own initial weights for the seed, drawn as its runner draws them."""
     obs_dim = obs["policy"].shape[-1]
     interface = EnvInterface(("policy",), obs_dim, ("policy",), obs_dim, env.num_actions)
     torch.manual_seed(cfg["seed"])
     return PPO(our_cfg(env, copy.deepcopy(cfg), device, _learner_settings()), interface, device)
+
+
+class OursOwnInit(OurPPO):
+    """:class:`OurPPO` from this project's own initial weights for the seed (drawn as its runner draws them)."""
+
+    @classmethod
+    def construct_algorithm(cls, obs: TensorDict, env, cfg: dict, device: str) -> OursOwnInit:
+        return cls(_own_init_learner(obs, env, cfg, device), env.num_envs)
 
 
 class RslRlFromOurInit(RslRlPPO):
